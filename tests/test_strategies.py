@@ -1,0 +1,70 @@
+"""The shared test matrix: every registered strategy on tiny GQA, MHA, MQA and sliding-window models,
+through chunked forwards, greedy generate, batch 2 with padding, beam search and crop."""
+import pytest, torch
+from transformers import DynamicCache
+from kvstrat.core import tiny_model, TINY_LAYOUTS
+from kvstrat.cache import STRATEGIES, CompressedCache
+
+CASES = [(name, layout) for name in sorted(STRATEGIES) for layout in TINY_LAYOUTS]
+
+def _model(layout):
+    return tiny_model(layout, seed=1)
+
+def _generate(model, cache, ids, **kw):
+    with cache.attached(model):
+        return model.generate(ids, cache=cache, **{**dict(max_new_tokens=6, do_sample=False, pad_token_id=0,
+                              output_logits=True, return_dict_in_generate=True), **kw})
+
+@pytest.mark.parametrize('name,layout', CASES)
+def test_chunked_forward(name, layout):
+    model, strategy = _model(layout), STRATEGIES[name].example()
+    ids = torch.randint(1, 256, (1, 64))
+    cache = CompressedCache(model, strategy)
+    with cache.attached(model):
+        for i in range(0, 64, 8): logits = model(ids[:, i:i+8], cache=cache, use_cache=True).logits
+    assert torch.isfinite(logits).all()
+    assert cache.get_seq_length() == 64
+    assert 0 < cache.nbytes()
+    if name != 'full': assert cache.nbytes() < cache.fp16_nbytes(), "a compressing strategy must hold fewer bytes than fp16"
+
+@pytest.mark.parametrize('name,layout', CASES)
+def test_generate_greedy_and_beam(name, layout):
+    model, strategy = _model(layout), STRATEGIES[name].example()
+    ids = torch.randint(1, 256, (1, 40))
+    out = _generate(model, CompressedCache(model, strategy), ids)
+    assert out.sequences.shape == (1, 46) and torch.isfinite(torch.stack(out.logits)).all()
+    beams = _generate(model, CompressedCache(model, strategy), ids, num_beams=2, output_logits=False)
+    assert beams.sequences.shape == (1, 46)
+
+@pytest.mark.parametrize('name,layout', CASES)
+def test_batch_with_padding(name, layout):
+    model, strategy = _model(layout), STRATEGIES[name].example()
+    ids = torch.randint(1, 256, (2, 40))
+    mask = torch.ones_like(ids); mask[1, :5] = 0; ids[1, :5] = 0 # left padding of the second row
+    with torch.no_grad():
+        out = _generate(model, CompressedCache(model, strategy), ids, attention_mask=mask)
+    assert out.sequences.shape == (2, 46) and torch.isfinite(torch.stack(out.logits)).all()
+    if name == 'full': # the padded row equals the same prompt run alone
+        alone = _generate(model, CompressedCache(model, strategy), ids[1:, 5:])
+        torch.testing.assert_close(torch.stack(out.logits)[:, 1], torch.stack(alone.logits)[:, 0], atol=1e-4, rtol=1e-4)
+
+@pytest.mark.parametrize('name,layout', CASES)
+def test_crop(name, layout):
+    model, strategy = _model(layout), STRATEGIES[name].example()
+    ids = torch.randint(1, 256, (1, 33))
+    cache = CompressedCache(model, strategy)
+    cache.activate_past_recording() # sliding-window layers can only roll back what they recorded (as in DynamicCache)
+    with cache.attached(model):
+        model(ids[:, :32], cache=cache, use_cache=True)
+        cache.crop(-1)
+        assert cache.get_seq_length() == 31
+        logits = model(ids[:, 31:33], cache=cache, use_cache=True).logits
+    assert torch.isfinite(logits).all()
+
+def test_full_matches_dynamic_cache_bitwise():
+    for layout in TINY_LAYOUTS:
+        model = _model(layout); ids = torch.randint(1, 256, (2, 30))
+        a = model.generate(ids, cache=DynamicCache(config=model.config), max_new_tokens=6, do_sample=False,
+                           pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        b = _generate(model, CompressedCache(model, STRATEGIES['full']()), ids)
+        assert torch.equal(torch.stack(a.logits), torch.stack(b.logits)), layout
