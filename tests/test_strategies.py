@@ -15,7 +15,7 @@ def _model(layout):
 
 def _generate(model, cache, ids, **kw):
     with cache.attached(model):
-        return model.generate(ids, cache=cache, **{**dict(max_new_tokens=6, do_sample=False, pad_token_id=0,
+        return model.generate(ids, cache=cache, **{**dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0,
                               output_logits=True, return_dict_in_generate=True), **kw})
 
 @pytest.mark.parametrize('name,layout', CASES)
