@@ -38,6 +38,8 @@ pytest: $(STAMP)
 
 test: export-check nbtest pytest
 
+# The site into _docs/ and README.md from nbs/index.ipynb: nbdev-docs + nbdev-readme where Quarto is installed,
+# else an HTML preview (nbdev's processors + nbconvert); it prints which. About a minute on 2 cores.
 docs: $(STAMP)
 	$(PY) -m kvstrat.docs
 
