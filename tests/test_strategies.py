@@ -5,13 +5,21 @@ import pytest, torch
 from transformers import DynamicCache
 from kvstrat.core import tiny_model, TINY_LAYOUTS
 from kvstrat.cache import STRATEGIES, CompressedCache
-import kvstrat.stratigraphic # registers every strategy: importance, stratigraphic and the cache's own
+import kvstrat.streaming # registers every strategy: streaming, stratigraphic, importance and the cache's own
 
 MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding')
 CASES = [(name, layout) for name in sorted(STRATEGIES) for layout in MATRIX_LAYOUTS]
 
 def _model(layout):
     return tiny_model(layout, seed=1)
+
+def _strategy(name, layout):
+    "The strategy's example; strategies that route per KV head must refuse the single-KV-head model clearly."
+    strategy = STRATEGIES[name].example()
+    if getattr(strategy, 'routes_heads', False) and layout == 'mqa':
+        with pytest.raises(ValueError, match='single KV head'): CompressedCache(_model(layout), strategy)
+        pytest.skip('per-head routing needs more than one KV head')
+    return strategy
 
 def _generate(model, cache, ids, **kw):
     with cache.attached(model):
@@ -20,7 +28,7 @@ def _generate(model, cache, ids, **kw):
 
 @pytest.mark.parametrize('name,layout', CASES)
 def test_chunked_forward(name, layout):
-    model, strategy = _model(layout), STRATEGIES[name].example()
+    model, strategy = _model(layout), _strategy(name, layout)
     ids = torch.randint(1, 256, (1, 64))
     cache = CompressedCache(model, strategy)
     with cache.attached(model):
@@ -28,11 +36,18 @@ def test_chunked_forward(name, layout):
     assert torch.isfinite(logits).all()
     assert cache.get_seq_length() == 64
     assert 0 < cache.nbytes()
-    if name != 'full': assert cache.nbytes() < cache.fp16_nbytes(), "a compressing strategy must hold fewer bytes than fp16"
+    if name == 'full': return
+    if strategy.fp_dtype is not None: # its exact tier is fp16: it must beat an fp16 cache
+        assert cache.nbytes() < cache.fp16_nbytes(), "a compressing strategy must hold fewer bytes than fp16"
+    else: # its exact tier keeps the model's dtype, as FullKV does: it must beat FullKV
+        full = CompressedCache(model, STRATEGIES['full']())
+        with full.attached(model):
+            for i in range(0, 64, 8): model(ids[:, i:i+8], cache=full, use_cache=True)
+        assert cache.nbytes() < full.nbytes(), "a compressing strategy must hold fewer bytes than FullKV"
 
 @pytest.mark.parametrize('name,layout', CASES)
 def test_generate_greedy_and_beam(name, layout):
-    model, strategy = _model(layout), STRATEGIES[name].example()
+    model, strategy = _model(layout), _strategy(name, layout)
     ids = torch.randint(1, 256, (1, 40))
     out = _generate(model, CompressedCache(model, strategy), ids)
     assert out.sequences.shape == (1, 46) and torch.isfinite(torch.stack(out.logits)).all()
@@ -41,7 +56,7 @@ def test_generate_greedy_and_beam(name, layout):
 
 @pytest.mark.parametrize('name,layout', CASES)
 def test_batch_with_padding(name, layout):
-    model, strategy = _model(layout), STRATEGIES[name].example()
+    model, strategy = _model(layout), _strategy(name, layout)
     ids = torch.randint(1, 256, (2, 40))
     mask = torch.ones_like(ids); mask[1, :5] = 0; ids[1, :5] = 0 # left padding of the second row
     with torch.no_grad():
@@ -53,7 +68,7 @@ def test_batch_with_padding(name, layout):
 
 @pytest.mark.parametrize('name,layout', CASES)
 def test_crop(name, layout):
-    model, strategy = _model(layout), STRATEGIES[name].example()
+    model, strategy = _model(layout), _strategy(name, layout)
     ids = torch.randint(1, 256, (1, 33))
     cache = CompressedCache(model, strategy)
     cache.activate_past_recording() # sliding-window layers can only roll back what they recorded (as in DynamicCache)
