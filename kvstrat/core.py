@@ -1,4 +1,4 @@
-"""Device and dtype, the embedded SmolLM2 model, named texts, evaluation windows, the model adapter and tiny test models.
+"""Device and dtype, the embedded SmolLM2 model, named texts, evaluation windows, the model adapter, tiny test models and random models of a real shape.
 
 Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
@@ -13,9 +13,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'SUPPORTED_MODEL_TYPES', 'TINY_LAYOUTS', 'WIKITEXT_HF', 'pick_device', 'cache_dir', 'ModelSource',
-           'embedded_gguf', 'convert_gguf', 'resolve_model', 'ModelSpec', 'load_model', 'tiny_model', 'load_text',
-           'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
+__all__ = ['MODEL_ALIASES', 'SUPPORTED_MODEL_TYPES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'pick_device', 'cache_dir',
+           'ModelSource', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'ModelSpec', 'load_model', 'tiny_model',
+           'shape_model', 'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
 def pick_device(device:str|None=None, # 'cuda', 'cpu', ... or None: CUDA when present, else CPU
@@ -137,11 +137,12 @@ class ModelSpec:
         return cls(cfg.model_type, cfg.num_hidden_layers, n_heads, n_kv, head_dim, sliding, window if any(sliding) else None)
 
 # %% ../nbs/00_core.ipynb #7a767432
-def load_model(name:str='smollm2-135m', # alias, hub id or local directory
+def load_model(name:str='smollm2-135m', # alias, hub id, local directory, or `shape:NAME` (random weights, no tokenizer)
                device:str|None=None, # None: CUDA when present, else CPU
                dtype:torch.dtype|str|None=None, # None: bfloat16 on CUDA, float32 on CPU
               ) -> tuple[PreTrainedModel, object]:
     "Load `(model, tokenizer)` in eval mode, after checking that kvstrat supports the architecture."
+    if name.startswith('shape:'): return shape_model(name[6:], device, dtype), None
     path, _ = resolve_model(name)
     dev, dt = pick_device(device, dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation='sdpa').to(dev).eval()
@@ -166,6 +167,34 @@ def tiny_model(layout:str='gqa', # 'mha', 'gqa', 'mqa' or 'sliding'
         types = ['sliding_attention' if i % 2 == 0 else 'full_attention' for i in range(n_layers)]
         model = Qwen2ForCausalLM(Qwen2Config(**common, use_sliding_window=True, sliding_window=8, layer_types=types))
     else: model = LlamaForCausalLM(LlamaConfig(**common))
+    return model.eval()
+
+# %% ../nbs/00_core.ipynb #b5925b91
+_LLAMA3_ROPE = dict(rope_type='llama3', rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                    original_max_position_embeddings=8192)
+
+MODEL_SHAPES = { # LlamaConfig fields, from each model's config.json
+    'llama-3.2-1b': dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
+                         rope_parameters=_LLAMA3_ROPE, max_position_embeddings=131072, tie_word_embeddings=True,
+                         bos_token_id=128000, eos_token_id=128001),
+    'smollm2-135m': dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5,
+                         rope_parameters=dict(rope_type='default', rope_theta=100000.0), max_position_embeddings=8192,
+                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+}
+
+def shape_model(name:str, # a key of `MODEL_SHAPES`
+                device:str|None=None, # None: CUDA when present, else CPU; 'meta' builds the shapes without memory
+                dtype:torch.dtype|str|None=None, # None: bfloat16 on CUDA, float32 on CPU
+                seed:int=0) -> PreTrainedModel:
+    "A Llama of a real model's shape with seeded random weights, in eval mode."
+    from transformers import LlamaConfig
+    if name not in MODEL_SHAPES: raise ValueError(f"unknown model shape {name!r}; known: {', '.join(MODEL_SHAPES)}")
+    dev, dt = pick_device(device, dtype)
+    torch.manual_seed(seed)
+    with dev: # initialised in place: no full-size copy on the CPU first
+        model = AutoModelForCausalLM.from_config(LlamaConfig(**MODEL_SHAPES[name], attn_implementation='sdpa'), dtype=dt)
     return model.eval()
 
 # %% ../nbs/00_core.ipynb #c3adbbab

@@ -51,6 +51,11 @@ BAD = [(['--strategies', 'nope'], "unknown strategy 'nope'"),
        (['--passkey-lengths', 'lots'], "expected a token count such as 2048 or 2k, got 'lots'"),
        (['--passkey-depths', '1.5'], 'a depth is a fraction in [0, 1]'),
        (['--model', 'tiny:nope'], 'layout must be one of'),
+       (['--model', 'shape:smollm2-135m'], 'ppl and passkey on a random model would be meaningless: use --protocol speed'),
+       (['--text', 'random', '--protocol', 'ppl'], 'ppl on random text would be meaningless'),
+       (['--model', 'shape:smollm2-135m', '--protocol', 'speed'], 'has no tokenizer: use --text random'),
+       (['--model', 'shape:nope', '--text', 'random', '--protocol', 'speed'], "unknown model shape 'nope'"),
+       (['--time-limit', '0'], "expected a positive number of seconds, got '0'"),
        (['--text', '/nonexistent/text.txt'], "Unknown text '/nonexistent/text.txt'")]
 
 @pytest.mark.parametrize('extra,message', BAD)
@@ -82,6 +87,13 @@ def test_help_lists_every_strategy(capsys):
         assert f'\n  {name} ' in out, name
         for f in bench.fields(cls): assert f'{f.name}={f.default}' in out, (name, f.name)
     assert '--passkey-lengths 1k 2k 4k' in out # the full-size options are documented
+    for option in ('--time-limit', '--keep-going', 'shape:llama-3.2-1b', "'random'"): assert option in out, option
+
+def test_presets_and_long_speed_lengths():
+    quick, full = bench.parse_args([]), bench.parse_args(['--size', 'full'])
+    assert (quick.passkey_lengths, quick.passkey_trials, quick.threads) == ([1024, 2048], 1, None) # threads: torch's, every core
+    assert (full.passkey_lengths, full.passkey_trials, full.speed_repeats) == ([1024, 2048, 4096], 2, 1)
+    assert bench.parse_args(['--speed-lengths', '4k', '16k', '32k']).speed_lengths == [4096, 16384, 32768]
 
 def test_strategy_modules_are_imported():
     for name in bench.STRATEGY_MODULES:
@@ -133,6 +145,30 @@ def test_reports_and_plots(run):
         (out/f).unlink()
     assert write_report(out) == md.rstrip('\n') or write_report(out).startswith('# kvstrat-bench results')
     assert (out/'pareto.png').exists() and (out/'headline.png').exists()
+
+def test_speed_on_a_shape_model(tmp_path):
+    "The GPU speed run's command on a small shape, on the CPU: random weights, random tokens, speed rows only."
+    args = ['--model', 'shape:smollm2-135m', '--text', 'random', '--protocol', 'speed', '--device', 'cpu', '--threads', '1',
+            '--strategies', 'h2o', '--speed-lengths', '96', '160', '--speed-decode', '2', '--speed-repeats', '1', '--out', str(tmp_path)]
+    assert main(args) == 0
+    rows = [json.loads(l) for l in (tmp_path/'results.jsonl').read_text().splitlines()]
+    assert [r['strategy'].split(':')[0] for r in rows] == ['full', 'h2o']
+    for r in rows:
+        assert (r['model'], r['text'], r['protocol'], r['ppl'], r['passkey_acc']) == ('shape:smollm2-135m', 'random (seed 0)', 'speed', None, None)
+        assert set(r['speed']) == {'96', '160'} and r['peak_rss_mb'] > 500 and r['decode_tok_s'] > 0
+    assert rows[1]['compression'] > 1.5 # H2O keeps half the tokens
+
+def test_freed_memory_is_reused():
+    "In the main thread, as the bench runs, freed blocks are reused without page faults until they are released."
+    faults = lambda: bench.resource.getrusage(bench.resource.RUSAGE_SELF).ru_minflt
+    def fresh_faults():
+        before = faults(); x = torch.ones(2**25)
+        return faults() - before
+    assert bench.reuse_freed_memory()
+    x, y = torch.ones(2**25), torch.ones(2**25); del x, y
+    assert fresh_faults() < 1000
+    bench.release_freed_memory()
+    assert fresh_faults() > 30_000
 
 # --- resuming -----------------------------------------------------------------------------------------------------
 
