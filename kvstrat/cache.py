@@ -21,12 +21,12 @@ from .core import ModelSpec
 from .quant import quantize, pack_bits, unpack_bits, hadamard
 
 # %% auto #0
-__all__ = ['FP16', 'STRATEGIES', 'TierSpec', 'Encoded', 'encode_rows', 'decode_rows', 'select_rows', 'merge_rows', 'TierStore',
-           'LayerView', 'HeadState', 'register', 'Strategy', 'CompressedLayer', 'allowed_slots', 'grouped_attention',
-           'reference_attention', 'kvstrat_attention', 'CompressedCache', 'Full', 'NaiveQuant', 'Int8', 'Int4',
-           'rank_in_head', 'Kivi', 'make_strategy']
+__all__ = ['FP16', 'STRATEGIES', 'TierSpec', 'Encoded', 'encode_rows', 'decode_rows', 'select_rows', 'merge_rows', 'fit_basis',
+           'lowrank_add', 'lowrank_decode', 'TierStore', 'LayerView', 'HeadState', 'register', 'Strategy',
+           'CompressedLayer', 'allowed_slots', 'grouped_attention', 'reference_attention', 'kvstrat_attention',
+           'CompressedCache', 'Full', 'NaiveQuant', 'Int8', 'Int4', 'rank_in_head', 'Kivi', 'make_strategy']
 
-# %% ../nbs/03_cache.ipynb #56be4c26
+# %% ../nbs/03_cache.ipynb #29ebe829
 @dataclass(frozen=True)
 class TierSpec:
     "How one tier stores its tokens."
@@ -37,9 +37,12 @@ class TierSpec:
     symmetric: bool = False # scale only, no zero-point (the naive INT8/INT4 of the original)
     fp_dtype: torch.dtype|None = torch.float16 # storage dtype of a float tier; None keeps the model's dtype
     rotate: bool = False # quantise x @ H (H an orthonormal Hadamard matrix) to spread outliers; rows decode as y @ Hᵀ
+    rank: int|None = None # a low-rank tier: each row as `rank` fp16 coefficients on its head's frozen basis (bits None)
 
     def __post_init__(self):
         if self.bits not in (None, 8, 4, 3, 2): raise ValueError(f"unsupported bit width {self.bits}: use 8, 4, 3 or 2")
+        if self.rank is not None and (self.bits is not None or self.rank < 1):
+            raise ValueError(f"a low-rank tier needs bits=None and rank >= 1, got bits={self.bits}, rank={self.rank}")
         if self.key_axis not in ('channel', 'token'): raise ValueError(f"key_axis must be 'channel' or 'token', got {self.key_axis!r}")
         if self.symmetric and self.key_axis == 'channel': raise ValueError("symmetric quantisation is per token only")
 
@@ -57,20 +60,24 @@ def _run_groups(heads:torch.Tensor, # (n,) head of each new row, sorted
     new_group = starts | (rank % size == 0)
     return torch.cumsum(new_group.long(), 0) - 1
 
-# %% ../nbs/03_cache.ipynb #e5199f2b
+# %% ../nbs/03_cache.ipynb #6391890f
 @dataclass
 class Encoded:
-    "One tensor's rows in a tier: packed codes (or floats) plus fp16 group parameters."
-    data: torch.Tensor # (N, D) floats, or (N, D*bits/8) packed uint8 codes
-    scale: torch.Tensor|None = None # (N, D/g) per token, or (G, D) per channel group
-    zero: torch.Tensor|None = None # same shape as `scale`; None when symmetric
-    group_sizes: torch.Tensor|None = None # (G,) rows per channel group
+    "One tensor's rows in a tier: packed codes (or floats, or low-rank coefficients) plus fp16 group parameters."
+    data: torch.Tensor # (N, D) floats, (N, D*bits/8) packed uint8 codes, or (N, rank) low-rank coefficients
+    scale: torch.Tensor|None = None # (N, D/g) per token, (G, D) per channel group, or (G, D, rank) a low-rank basis
+    zero: torch.Tensor|None = None # same shape as `scale` ((G, D): the low-rank mean); None when symmetric
+    group_sizes: torch.Tensor|None = None # (G,) rows per channel group (per head in a low-rank tier)
 
     def tensors(self): return [t for t in (self.data, self.scale, self.zero, self.group_sizes) if t is not None]
     @property
     def nbytes(self) -> int: return sum(t.nbytes for t in self.tensors())
 
-# %% ../nbs/03_cache.ipynb #a6bcd47a
+# %% ../nbs/03_cache.ipynb #2aef6252
+def _grouped(spec:TierSpec, is_key:bool) -> bool:
+    "Do runs of consecutive rows share parameters? Per-channel keys do, and a low-rank tier's heads."
+    return spec.rank is not None or (spec.bits is not None and is_key and spec.key_axis == 'channel')
+
 @functools.lru_cache(maxsize=8)
 def _rotation(D:int, device) -> torch.Tensor: return hadamard(D).to(device) # (D, D), built once per size
 
@@ -97,6 +104,7 @@ def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
 
 def decode_rows(e:Encoded, spec:TierSpec, is_key:bool, D:int, dtype:torch.dtype) -> torch.Tensor:
     "The stored rows `(N, D)` back in `dtype`."
+    if spec.rank is not None: return lowrank_decode(e, D).to(dtype)
     if spec.bits is None: return e.data.to(dtype)
     if spec.rotate: return (_dequantize(e, spec, is_key, D) @ _rotation(D, e.data.device).T).to(dtype)
     return _dequantize(e, spec, is_key, D).to(dtype)
@@ -111,16 +119,16 @@ def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: #
     if spec.symmetric: return ((codes - 2 ** (spec.bits - 1)) * e.scale.float()[..., None]).view(-1, D)
     return (codes * e.scale.float()[..., None] + e.zero.float()[..., None]).view(-1, D)
 
-# %% ../nbs/03_cache.ipynb #9b6eb9f3
+# %% ../nbs/03_cache.ipynb #b4c634d6
 def select_rows(e:Encoded, keep:torch.Tensor, # (N,) bool
                 spec:TierSpec, is_key:bool) -> Encoded:
-    "The rows where `keep` is True; per-channel groups that lose all their rows are dropped."
-    if spec.bits is None: return Encoded(e.data[keep])
-    if is_key and spec.key_axis == 'channel':
+    "The rows where `keep` is True; groups (per-channel, or a low-rank head's) that lose all their rows are dropped."
+    if _grouped(spec, is_key):
         gid = torch.repeat_interleave(torch.arange(len(e.group_sizes), device=e.group_sizes.device), e.group_sizes.long())
         sizes = torch.bincount(gid[keep], minlength=len(e.group_sizes))
         alive = sizes > 0
         return Encoded(e.data[keep], e.scale[alive], e.zero[alive], sizes[alive].to(torch.int32))
+    if spec.bits is None: return Encoded(e.data[keep])
     return Encoded(e.data[keep], e.scale[keep], None if e.zero is None else e.zero[keep])
 
 def merge_rows(a:Encoded, b:Encoded, order:torch.Tensor, # (Na+Nb,) row order of the merged tier
@@ -132,6 +140,37 @@ def merge_rows(a:Encoded, b:Encoded, order:torch.Tensor, # (Na+Nb,) row order of
                                            None if a.zero is None else cat(a.zero, b.zero)[order])
     return Encoded(data, cat(a.scale, b.scale)[group_order], cat(a.zero, b.zero)[group_order],
                    cat(a.group_sizes, b.group_sizes)[group_order])
+
+# %% ../nbs/03_cache.ipynb #ce13198e
+def fit_basis(x:torch.Tensor, # (n, D) the first rows of one head to reach the tier
+              rank:int) -> tuple[torch.Tensor, torch.Tensor]:
+    "fp16 mean `(D,)` and basis `(D, rank)`: the top-`rank` right singular vectors of the centred rows."
+    mean = x.float().mean(0)
+    xc = F.pad(x.float() - mean, (0, 0, 0, max(0, rank - len(x)))) # zero rows add no direction, but give `rank` vectors
+    return mean.half(), torch.linalg.svd(xc, full_matrices=False).Vh[:rank].T.half()
+
+def lowrank_add(e:Encoded|None, # the tier's rows so far (None: none yet)
+                old:torch.Tensor, # (N,) head of each stored row
+                x:torch.Tensor, heads:torch.Tensor, # (n, D) new rows, (n,) their heads, sorted
+                rank:int, order:torch.Tensor) -> Encoded: # (N+n,) order of the merged rows, head-major
+    "The tier with `x` added: each new row projected once on its head's frozen basis, fitted now if the head has none."
+    ghead = [] if e is None else old[torch.cumsum(e.group_sizes.long(), 0) - 1].tolist()
+    bases = {} if e is None else dict(zip(ghead, zip(e.zero, e.scale))) # head -> (mean, basis)
+    coeffs = torch.empty(len(x), rank, dtype=torch.float16, device=x.device) # (n, rank)
+    for h in heads.unique().tolist():
+        rows = heads == h
+        if h not in bases: bases[h] = fit_basis(x[rows], rank)
+        mean, basis = bases[h]
+        coeffs[rows] = ((x[rows].float() - mean.float()) @ basis.float()).half() # optimal for the stored fp16 basis
+    hs = sorted(bases)
+    data = coeffs if e is None else torch.cat([e.data, coeffs])
+    sizes = torch.bincount(torch.cat([old, heads]))[hs].to(torch.int32)
+    return Encoded(data[order], torch.stack([bases[h][1] for h in hs]), torch.stack([bases[h][0] for h in hs]), sizes)
+
+def lowrank_decode(e:Encoded, D:int) -> torch.Tensor:
+    "Rows `(N, D)` in float32: each head's `mean + coeffs @ basisᵀ`."
+    parts = [m.float() + c.float() @ b.float().T for c, m, b in zip(e.data.split(e.group_sizes.tolist()), e.zero, e.scale)]
+    return torch.cat(parts) if parts else torch.zeros(0, D, device=e.data.device)
 
 # %% ../nbs/03_cache.ipynb #e93c449c
 class TierStore:
@@ -161,26 +200,26 @@ class TierStore:
         if self.n == 0: return 0
         return self.k.nbytes + self.v.nbytes + sum(t.nbytes for t in (self.counts, self.pos, self.score) if t is not None)
 
-# %% ../nbs/03_cache.ipynb #85aed1d3
+# %% ../nbs/03_cache.ipynb #d8efc454
 @patch
 @torch.no_grad()
 def add(self:TierStore, heads, pos, score, k, v):
     "Add rows `(n, D)` sorted by head; they join the end of their head's rows."
     if len(heads) == 0: return
-    new_k, new_v = encode_rows(k, heads, self.spec, True), encode_rows(v, heads, self.spec, False)
-    new_pos = pos.to(torch.int32) if self.keep_pos else None
-    new_score = score.float() if self.keep_score else None
-    if self.n == 0: self.k, self.v, self.pos, self.score = new_k, new_v, new_pos, new_score
+    old, empty = self.heads(), self.n == 0
+    order = torch.sort(torch.cat([old, heads]), stable=True).indices # the merged rows, head-major
+    if self.spec.rank is not None: # one group per head: new rows join it, on its frozen basis
+        self.k, self.v = [lowrank_add(e, old, x, heads, self.spec.rank, order) for e, x in ((self.k, k), (self.v, v))]
     else:
-        order = torch.sort(torch.cat([self.heads(), heads]), stable=True).indices
+        new_k, new_v = encode_rows(k, heads, self.spec, True), encode_rows(v, heads, self.spec, False)
         group_order = None
-        if new_k.group_sizes is not None: # keep channel groups in the same head-major order as their rows
+        if not empty and new_k.group_sizes is not None: # keep channel groups in the same head-major order as their rows
             gheads = lambda e, h: h[torch.cumsum(e.group_sizes.long(), 0) - 1]
-            group_order = torch.sort(torch.cat([gheads(self.k, self.heads()), gheads(new_k, heads)]), stable=True).indices
-        self.k = merge_rows(self.k, new_k, order, group_order)
-        self.v = merge_rows(self.v, new_v, order, None)
-        if self.keep_pos: self.pos = torch.cat([self.pos, new_pos])[order]
-        if self.keep_score: self.score = torch.cat([self.score, new_score])[order]
+            group_order = torch.sort(torch.cat([gheads(self.k, old), gheads(new_k, heads)]), stable=True).indices
+        self.k = new_k if empty else merge_rows(self.k, new_k, order, group_order)
+        self.v = new_v if empty else merge_rows(self.v, new_v, order, None)
+    if self.keep_pos: self.pos = torch.cat([self.pos, pos.to(torch.int32)])[order]
+    if self.keep_score: self.score = torch.cat([self.score, score.float()])[order]
     self.counts += torch.bincount(heads, minlength=self.n_heads).to(torch.int32)
     self._heads = None
 
@@ -418,7 +457,7 @@ def move(self:CompressedLayer, view:LayerView, target:torch.Tensor,
         order = torch.sort(heads, stable=True).indices
         self.tiers[j].add(heads[order], pos[order], score[order], k[order], v[order])
 
-# %% ../nbs/03_cache.ipynb #85879b7a
+# %% ../nbs/03_cache.ipynb #e5701a3b
 def _blocks(sizes:torch.Tensor, # (B, k) sizes of consecutive items, batch-major
             batch_idx:torch.Tensor) -> torch.Tensor:
     "Indices of the items of batches `batch_idx`, in that order."
@@ -434,14 +473,13 @@ def gather_batches(self:TierStore, batch_idx:torch.Tensor, B:int):
         self.n_heads, self._heads = len(self.counts), None
         return
     rows = _blocks(self.counts.view(B, -1), batch_idx)
-    def take(e, channel):
-        if not channel: return Encoded(e.data[rows], e.scale[rows] if e.scale is not None else None, e.zero[rows] if e.zero is not None else None)
+    def take(e, grouped):
+        if not grouped: return Encoded(e.data[rows], e.scale[rows] if e.scale is not None else None, e.zero[rows] if e.zero is not None else None)
         gheads = self.heads()[torch.cumsum(e.group_sizes.long(), 0) - 1]
         gcount = torch.bincount(gheads, minlength=self.n_heads).view(B, -1)
         g = _blocks(gcount, batch_idx)
         return Encoded(e.data[rows], e.scale[g], e.zero[g], e.group_sizes[g])
-    channel = self.spec.bits is not None and self.spec.key_axis == 'channel'
-    self.k, self.v = take(self.k, channel), take(self.v, False)
+    self.k, self.v = take(self.k, _grouped(self.spec, True)), take(self.v, _grouped(self.spec, False))
     if self.pos is not None: self.pos = self.pos[rows]
     if self.score is not None: self.score = self.score[rows]
     self.counts = self.counts.view(B, -1)[batch_idx].flatten()

@@ -18,24 +18,30 @@ from .protocol import *
 from .importance import *
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'ANCHOR', 'SHIPPED_PROFILES', 'row_bytes', 'layer_weights', 'HeadProfile', 'calibrate_profile',
-           'Stratigraphic', 'zone_history', 'Adaptive', 'sweep', 'sweep_table', 'load_model', 'load_text', 'tokenize',
-           'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'make_strategy', 'STRATEGIES',
-           'Strategy', 'TierSpec', 'register', 'decode_ppl', 'decode_nll']
+__all__ = ['SCHEDULES', 'ANCHOR', 'SHIPPED_PROFILES', 'row_bytes', 'basis_bytes', 'layer_weights', 'HeadProfile',
+           'calibrate_profile', 'Stratigraphic', 'zone_history', 'Adaptive', 'sweep', 'sweep_table', 'load_model',
+           'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache',
+           'make_strategy', 'STRATEGIES', 'Strategy', 'TierSpec', 'register', 'decode_ppl', 'decode_nll']
 
 # %% ../nbs/06_stratigraphic.ipynb #fcda0cb2
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
          'CompressedCache', 'make_strategy', 'STRATEGIES', 'Strategy', 'TierSpec', 'register', 'decode_ppl', 'decode_nll']
 
-# %% ../nbs/06_stratigraphic.ipynb #0486d772
+# %% ../nbs/06_stratigraphic.ipynb #9f4c3562
 def row_bytes(spec:TierSpec, head_dim:int, keep_pos:bool=True, keep_score:bool=True) -> float:
     "Bytes one (token, head) row costs in a tier: keys + values + their group parameters + per-row metadata."
     meta = 4 * keep_pos + 4 * keep_score
+    if spec.rank is not None: return 2 * spec.rank * 2 + meta # fp16 coefficients; the head's basis is in `basis_bytes`
     if spec.bits is None: return 2 * head_dim * (spec.fp_dtype or torch.float32).itemsize + meta
     params = 2 if spec.symmetric else 4 # fp16 scale (+ zero-point) per group
     codes = math.ceil(head_dim * spec.bits / 8)
     k_params = params * head_dim / spec.key_group # per token along D, or per channel amortised over a token group
     return 2 * codes + k_params + params * head_dim / spec.value_group + meta
+
+# %% ../nbs/06_stratigraphic.ipynb #c005baa3
+def basis_bytes(spec:TierSpec, head_dim:int) -> float:
+    "Bytes a head holds in a tier besides its rows: a low-rank tier's fp16 basis and mean and int32 group size, ×2 (K, V)."
+    return 0. if spec.rank is None else 2 * ((head_dim * spec.rank + head_dim) * 2 + 4)
 
 # %% ../nbs/06_stratigraphic.ipynb #db5ed72c
 SCHEDULES = ('inverted', 'pyramid', 'uniform')
@@ -103,7 +109,7 @@ def calibrate_profile(model, windows:torch.Tensor, # (W, L) calibration tokens, 
     stat = torch.stack([probe.sums[l] / probe.counts[l] for l in range(spec.n_layers)]).cpu()
     return HeadProfile.from_stat(stat, power, source=source)
 
-# %% ../nbs/06_stratigraphic.ipynb #09370796
+# %% ../nbs/06_stratigraphic.ipynb #d3c4a7eb
 ANCHOR = 1e6 # added to a row's score to pin it: attention sums stay far below it
 
 @register
@@ -125,6 +131,7 @@ class Stratigraphic(Strategy):
     keys: str = 'token' # key grouping in the integer zones: 'token' (no waiting for token groups) or 'channel'
     rotate: bool = True # Hadamard-rotate INT4/INT2 rows (spreads outliers of per-token groups)
     group: int = 64 # group size of the integer zones
+    bedrock: int = 0 # rank of a low-rank zone for rows that would be evicted (0: evict them)
     needs_attention: ClassVar[bool] = True
     keep_pos: ClassVar[bool] = True
     keep_score: ClassVar[bool] = True
@@ -136,7 +143,7 @@ class Stratigraphic(Strategy):
     @classmethod
     def example(cls): return cls(ratio=3.0, residual=8, group=16, profile='')
 
-# %% ../nbs/06_stratigraphic.ipynb #50330b71
+# %% ../nbs/06_stratigraphic.ipynb #f9fb0040
 SHIPPED_PROFILES = Path(__file__).parent/'data' if '__file__' in globals() else Path('../kvstrat/data')
 
 @patch
@@ -149,6 +156,7 @@ def check(self:Stratigraphic, spec:ModelSpec):
     if not 0 < self.anchor_pct <= 1 or not 0 <= self.anchor_cap <= 1: raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
     if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
     if spec.head_dim % self.group: raise ValueError(f"group {self.group} must divide head_dim {spec.head_dim}")
+    if not 0 <= self.bedrock <= spec.head_dim: raise ValueError(f"bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
     self.layer_w = layer_weights(spec.n_layers, self.schedule, self.strength)
     self.head_w = self.resolve_profile(spec).weights
 
@@ -166,9 +174,11 @@ def resolve_profile(self:Stratigraphic, spec:ModelSpec) -> HeadProfile:
 def tiers(self:Stratigraphic, head_dim:int):
     bits = [8, 4, 2][:len(self.fractions) - 1]
     ints = [TierSpec(b, self.keys, self.group, self.group, rotate=self.rotate and b < 8) for b in bits]
-    self.costs = torch.tensor([row_bytes(t, head_dim) for t in (FP16, *ints)] + [0.]) # last: evicted
+    specs = (FP16, *ints, *([TierSpec(rank=self.bedrock)] if self.bedrock else []))
+    self.costs = torch.tensor([row_bytes(t, head_dim) for t in specs] + [0.]) # last: evicted
+    self.basis_cost = basis_bytes(specs[-1], head_dim) # bytes of each head that holds bedrock rows (0 without one)
     self.fp16_row = 2 * 2 * head_dim # what the fp16 reference holds per (token, head)
-    return (FP16, *ints)
+    return specs
 
 # %% ../nbs/06_stratigraphic.ipynb #093c2217
 @patch
@@ -191,18 +201,20 @@ def pinned(self:Stratigraphic, view:LayerView, importance:torch.Tensor) -> torch
     within_cap = rank_in_head(view.head, torch.where(anchor, -importance, math.inf)) < self.anchor_cap * view.seen
     return pin | (anchor & within_cap)
 
-# %% ../nbs/06_stratigraphic.ipynb #72fe2bce
+# %% ../nbs/06_stratigraphic.ipynb #43207605
 @patch
-def plan(self:Stratigraphic, view:LayerView, x:torch.Tensor, # (B*H_kv,) pressure per head, in [0, 2]
+def plan(self:Stratigraphic, view:LayerView, x:torch.Tensor, # (B*H_kv,) pressure per head, in [0, 2] ([-1, 2] with a bedrock)
          rank:torch.Tensor, pinned:torch.Tensor) -> torch.Tensor:
     """(N,) zone of every row. `x` in [1, 2]: every token is kept; ranks below `(x-1)/f₀ · cum(f) · seen` rise into the
-    upper zones, the rest sit in the deepest. `x` in [0, 1): only the top `x` of each head's rows are kept (deepest zone)."""
+    upper zones, the rest sit in the deepest. `x` in [0, 1): the top `x` of each head's rows stay in the deepest zone,
+    the rest go one deeper (the bedrock, or evicted). `x` in [-1, 0), with a bedrock: its top `1+x` stay, the rest go."""
     f = torch.tensor(self.fractions, device=rank.device)
     deepest = len(f) - 1
     n_rows = torch.bincount(view.head, minlength=len(x))[view.head]
     xs = x[view.head]
     bounds = ((xs - 1).clamp(min=0) / f[0])[:, None] * f[:-1].cumsum(0)[None] * view.seen # (N, deepest)
-    zone = torch.where(xs >= 1, (rank[:, None] >= bounds).sum(1), torch.where(rank < xs * n_rows, deepest, deepest + 1))
+    low = torch.where(rank < xs * n_rows, deepest, deepest + 1) + (rank >= (1 + xs) * n_rows) # the second term: x < 0 only
+    zone = torch.where(xs >= 1, (rank[:, None] >= bounds).sum(1), low)
     zone = torch.where(pinned, 0, zone)
     return torch.maximum(zone, view.tier) if self.one_way else zone
 
@@ -215,11 +227,14 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor:
     n_heads = view.batch * view.n_kv_heads
     h = torch.arange(n_heads, device=rank.device) % view.n_kv_heads
     budget = view.seen * self.fp16_row / self.ratio * self.layer_w[view.layer_idx] * self.head_w[view.layer_idx].to(h.device)[h]
-    costs = self.costs.to(rank.device)
-    lo, hi = torch.zeros(n_heads, device=rank.device), torch.full((n_heads,), 2., device=rank.device)
+    costs, bedrock = self.costs.to(rank.device), len(self.costs) - 2 # the bedrock's zone, when there is one
+    lo = torch.full((n_heads,), -1. if self.bedrock else 0., device=rank.device)
+    hi = torch.full((n_heads,), 2., device=rank.device)
     for _ in range(20): # bisection for the largest pressure whose plan fits each head's budget
         mid = (lo + hi) / 2
-        spent = torch.bincount(view.head, weights=costs[self.plan(view, mid, rank, pinned)], minlength=n_heads)
+        zone = self.plan(view, mid, rank, pinned)
+        spent = torch.bincount(view.head, weights=costs[zone], minlength=n_heads)
+        if self.bedrock: spent += self.basis_cost * (torch.bincount(view.head[zone == bedrock], minlength=n_heads) > 0)
         fits = spent <= budget
         lo, hi = torch.where(fits, mid, lo), torch.where(fits, hi, mid)
     return self.plan(view, lo, rank, pinned)

@@ -4,18 +4,20 @@ through chunked forwards, greedy generate, batch 2 with padding, beam search and
 import pytest, torch
 from transformers import DynamicCache
 from kvstrat.core import tiny_model, TINY_LAYOUTS
-from kvstrat.cache import STRATEGIES, CompressedCache
+from kvstrat.cache import STRATEGIES, CompressedCache, make_strategy
 import kvstrat.streaming # registers every strategy: streaming, stratigraphic, importance and the cache's own
 
 MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding')
-CASES = [(name, layout) for name in sorted(STRATEGIES) for layout in MATRIX_LAYOUTS]
+# variants whose storage differs from their strategy's example: stratigraphic's low-rank bedrock (filled by generate)
+VARIANTS = {'stratigraphic-bedrock': 'stratigraphic:ratio=2,residual=4,group=16,profile=none,bedrock=4'}
+CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
 def _model(layout):
     return tiny_model(layout, seed=1)
 
 def _strategy(name, layout):
-    "The strategy's example; strategies that route per KV head must refuse the single-KV-head model clearly."
-    strategy = STRATEGIES[name].example()
+    "The strategy's example (or a variant); strategies that route per KV head must refuse the single-KV-head model clearly."
+    strategy = make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
     if getattr(strategy, 'routes_heads', False) and layout == 'mqa':
         with pytest.raises(ValueError, match='single KV head'): CompressedCache(_model(layout), strategy)
         pytest.skip('per-head routing needs more than one KV head')
