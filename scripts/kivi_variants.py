@@ -1,9 +1,10 @@
-"""KIVI-4 variants the library does not expose, for DIARY.md ("where its +0.8 % comes from").
+"""KIVI variants for DIARY.md: attention sinks, group sizes, residual, per-token keys; and where the loss comes from.
 
-    python scripts/kivi_variants.py          # protocol P, 8 windows, every variant below
+    python scripts/kivi_variants.py [WINDOWS]        # protocol P, 8 windows by default, every variant below
 
-Key and value group sizes are split (`Kivi` uses one `group` for both), values alone can be rotated, and one side can
-be left in fp16 to attribute the loss. The last two swap the cache's row encoder inside a scope that restores it.
+Each variant prints its ΔPPL with the paired standard error over windows, and its measured compression. Two scopes
+the library does not expose swap the cache's row encoder (and restore it): one side left in fp16 to attribute the
+loss, or only the values rotated.
 """
 import dataclasses, sys
 from contextlib import contextmanager
@@ -11,12 +12,6 @@ import torch
 import kvstrat.cache as C
 from kvstrat.core import load_model, load_text, tokenize, eval_windows
 from kvstrat.protocol import decode_ppl
-
-@dataclasses.dataclass
-class SplitKivi(C.Kivi):
-    "KIVI with its own value group size."
-    value_group: int = 64
-    def tiers(self, head_dim): return (C.FP16, C.TierSpec(self.bits, self.key_axis, self.group, self.value_group))
 
 @contextmanager
 def encoder(fp_side:str|None=None, rotate_values:bool=False):
@@ -29,16 +24,32 @@ def encoder(fp_side:str|None=None, rotate_values:bool=False):
     try: yield
     finally: C.encode_rows, C.decode_rows = enc, dec
 
-VARIANTS = {'default': (C.Kivi(), {}), 'keys only': (C.Kivi(), dict(fp_side='values')),
-            'values only': (C.Kivi(), dict(fp_side='keys')), 'values rotated': (C.Kivi(), dict(rotate_values=True)),
-            'values in groups of 32': (SplitKivi(value_group=32), {}), 'keys in groups of 32': (SplitKivi(group=32), {}),
-            'keys in groups of 32, values rotated': (SplitKivi(group=32), dict(rotate_values=True))}
+OLD = 'kivi:group=64,value_group=64,residual=16,sinks=0' # the defaults before 2026-11-30
+TOKEN = 'kivi:key_axis=token,rotate=True,symmetric=True' # per-token keys: nothing waits in fp16 for a key group
+VARIANTS = [ # (what, strategy, encoder scope)
+    ('old defaults', OLD, {}), ('old, keys only', OLD, dict(fp_side='values')), ('old, values only', OLD, dict(fp_side='keys')),
+    ('old, values rotated', OLD, dict(rotate_values=True)),
+    ('old + 1 sink', 'kivi:group=64,value_group=64,residual=16,sinks=1', {}),
+    ('old + 4 sinks', 'kivi:group=64,value_group=64,residual=16,sinks=4', {}),
+    ('old + 4 sinks, residual 12', 'kivi:group=64,value_group=64,residual=12,sinks=4', {}),
+    ('key groups of 32, no sinks', 'kivi:residual=16,sinks=0', {}),
+    ('key groups of 32, 4 sinks, residual 16', 'kivi:residual=16', {}),
+    ('key groups of 32, 4 sinks, residual 28', 'kivi:residual=28', {}),
+    ('defaults (key groups of 32, 4 sinks, residual 12)', 'kivi', {}),
+    ('per-token keys, asymmetric, residual 0', 'kivi:key_axis=token,rotate=True,group=64,residual=0', {}),
+    ('per-token keys, symmetric g32, values g32, residual 0', f'{TOKEN},group=32,value_group=32,residual=0', {}),
+    ('per-token keys, symmetric g32, residual 12', f'{TOKEN},group=32,residual=12', {}),
+    ('per-token keys, symmetric g64, residual 12', f'{TOKEN},group=64,residual=12', {}),
+    ('kivi-2, old defaults', 'kivi:bits=2,group=64,value_group=64,residual=16,sinks=0', {}),
+    ('kivi-2, defaults', 'kivi:bits=2', {})]
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
     model, tok = load_model('smollm2-135m')
     windows = eval_windows(tokenize(tok, load_text('wikitext2')[0]), int(sys.argv[1]) if len(sys.argv) > 1 else 8, 1024)
-    full = decode_ppl(model, windows, 'full')['ppl']
-    for name, (strategy, scope) in VARIANTS.items():
-        with encoder(**scope): r = decode_ppl(model, windows, strategy)
-        print(f"{name}: PPL {r['ppl']:.3f} ({100 * (r['ppl'] / full - 1):+.2f} %), compression {r['compression']:.2f}x", flush=True)
+    full = decode_ppl(model, windows, 'full')
+    for what, spec, scope in VARIANTS:
+        with encoder(**scope): r = decode_ppl(model, windows, C.make_strategy(spec))
+        d = r['window_nll'] - full['window_nll']
+        print(f"{what} ({spec}): PPL {r['ppl']:.3f} ({100 * (r['ppl'] / full['ppl'] - 1):+.2f} % ± {100 * d.std() / len(d) ** 0.5:.2f}), "
+              f"compression {r['compression']:.2f}x", flush=True)

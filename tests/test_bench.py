@@ -42,7 +42,7 @@ BAD = [(['--strategies', 'nope'], "unknown strategy 'nope'"),
        (['--strategies', 'kivi:bitz=2'], "bad parameter 'bitz=2'"),
        (['--strategies', 'kivi:bits=two'], "cannot read 'two'"),
        (['--strategies', 'kivi:bits=5'], 'kivi bits must be 2, 3 or 4'), # the strategy's own check, on this model
-       (['--strategies', 'kivi:group=5'], 'must divide head_dim 32'),
+       (['--strategies', 'kivi:value_group=5'], 'must divide head_dim 32'),
        (['--windows', '500'], 'text too short'),
        (['--protocol', 'passkey', '--passkey-lengths', '200k'], 'needs more'),
        (['--protocol', 'speed', '--speed-lengths', '200k'], 'text too short'),
