@@ -773,7 +773,7 @@ class Kivi(Strategy):
         rank = rank_in_head(head, torch.where(old, pos, view.seen + pos)) # old rows first
         return view.tier.index_put((fresh,), (old & (rank < movable[head])).long())
 
-# %% ../nbs/03_cache.ipynb #57a3a802
+# %% ../nbs/03_cache.ipynb #d9c0563f
 def make_strategy(text:str|Strategy) -> Strategy:
     "Parse `name[:key=value,...]` into a registered strategy, with a clear error for bad input."
     if isinstance(text, Strategy): return text
@@ -790,9 +790,9 @@ def make_strategy(text:str|Strategy) -> Strategy:
 
 def _parse_value(val:str, typ, where:str):
     typ = typ if isinstance(typ, str) else getattr(typ, '__name__', str(typ))
-    if typ.replace(' ', '').endswith('|None'):
+    if (bare := typ.replace(' ', '')).endswith('|None'): # an optional field: 'none' is None, else its base type
         if val.lower() == 'none': return None
-        typ = typ.replace(' ', '').removesuffix('|None')
+        typ = bare.removesuffix('|None')
     try:
         if typ == 'int': return int(val)
         if typ == 'bool': return {'true': True, 'false': False, '1': True, '0': False}[val.lower()]

@@ -15,8 +15,8 @@ from .streaming import (StreamParams, HeadPattern, LoraAdapter, attention_overri
                                streaming_attention, exact_part, hybrid_override, classify_heads, streaming_heads, model_shape)
 
 # %% auto #0
-__all__ = ['GRID_LAM', 'GRID_LOG_GAIN', 'LORA_TARGETS', 'calibration_windows', 'capture_attention', 'head_mse', 'fit_layer',
-           'fit_stage1', 'train_lora', 'hybrid_loss', 'calibrate', 'main']
+__all__ = ['GRID_LAM', 'GRID_LOG_GAIN', 'LORA_TARGETS', 'LORA_LR', 'calibration_windows', 'capture_attention', 'head_mse',
+           'fit_layer', 'fit_stage1', 'train_lora', 'hybrid_loss', 'calibrate', 'main']
 
 # %% ../nbs/08_calibration.ipynb #9457b273
 def calibration_windows(ids:torch.Tensor, # (N,) token ids of the evaluation text
@@ -99,12 +99,13 @@ def fit_stage1(model, windows:torch.Tensor, sinks:int, window:int, steps:int=60,
     p.source = f'stage 1 (per-head MSE, {steps} Adam steps on {tuple(windows.shape)} tokens)'
     return p, dict(mse_zero_shot=before.tolist(), mse_stage1=after.tolist())
 
-# %% ../nbs/08_calibration.ipynb #e5b9e7b9
+# %% ../nbs/08_calibration.ipynb #0c9d8e2e
 LORA_TARGETS = ('q_proj', 'k_proj', 'v_proj', 'o_proj')
+LORA_LR = 1e-3 # stage 2's default learning rate (the rate of every run before it could be set)
 
 def train_lora(model, mask:torch.Tensor, # (L, H_kv) bool streaming heads
                params:StreamParams, windows:torch.Tensor, # (N, T) calibration token ids
-               steps:int=30, batch:int=2, rank:int=8, lr:float=1e-3, seed:int=0,
+               steps:int=30, batch:int=2, rank:int=8, lr:float=LORA_LR, seed:int=0,
                decay:bool=False, # cosine-decay the learning rate to 0 over `steps`: a run's last steps settle
                loss:str='kl', # 'kl': distil the full-attention model's next-token distribution; 'lm': cross-entropy
                init:LoraAdapter|None=None, # an earlier adapter for the same heads and rank: training continues from it
@@ -153,12 +154,12 @@ def hybrid_loss(model, mask, params:StreamParams, windows:torch.Tensor, adapter:
     with (adapter.merged(model) if adapter else nullcontext()), hybrid_override(model, mask, params):
         return model(input_ids=windows.to(dev), labels=windows.to(dev)).loss.item()
 
-# %% ../nbs/08_calibration.ipynb #9b0898e3
+# %% ../nbs/08_calibration.ipynb #a5af88db
 def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint from evaluation text
               out, fractions=(0.25,), sinks:int=4, window:int=64, stage1_steps:int=60, lora_steps:int=30,
               lora_rank:int=8, lora_batch:int=2, lora_windows:torch.Tensor|None=None, # stage 2's ids; None: `windows`
               resume:bool=False, # continue training the adapters already in `out` (for `lora_steps` more steps)
-              lora_lr:float=1e-3, lora_decay:bool=False, # stage 2's learning rate, and whether it decays to 0 (cosine)
+              lora_lr:float=LORA_LR, lora_decay:bool=False, # stage 2's learning rate, and whether it decays to 0 (cosine)
               log=print) -> Path:
     "Pattern, stage-1 parameters and one stage-2 adapter per fraction, written to `out` (an existing stage 1 is reused)."
     spec, out, t0 = ModelSpec.of(model), Path(out), time.perf_counter()
@@ -184,14 +185,14 @@ def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint fr
         ad, losses = train_lora(model, mask, params, stage2, lora_steps, lora_batch, lora_rank, lora_lr,
                                 seed=len(before.get('losses', [])), decay=lora_decay, init=init, log=log) # a new seed: other batches
         ad.save(out/name)
-        runs = before.get('runs', [dict(steps=len(before['losses']), lr=1e-3, decay=False)] if before else []) # earlier runs: the old default
+        runs = before.get('runs', [dict(steps=len(before['losses']), lr=LORA_LR, decay=False)] if before else []) # runs before `runs` was kept
         report['adapters'][name] = dict(fraction=f, losses=before.get('losses', []) + losses, meta=ad.meta, batch=lora_batch,
                                         seconds=before.get('seconds', 0) + time.perf_counter() - t1, windows=list(stage2.shape),
                                         runs=runs + [dict(steps=lora_steps, lr=lora_lr, decay=lora_decay)])
         (out/'report.json').write_text(json.dumps(report, indent=1))
     return out
 
-# %% ../nbs/08_calibration.ipynb #e2562407
+# %% ../nbs/08_calibration.ipynb #42b1f8b4
 def main(argv=None) -> int:
     "`python -m kvstrat.calibration`: calibrate streaming heads for a model and write the directory."
     p = argparse.ArgumentParser(prog='python -m kvstrat.calibration', description=main.__doc__)
@@ -202,7 +203,7 @@ def main(argv=None) -> int:
     p.add_argument('--stage1-steps', type=int, default=40); p.add_argument('--lora-steps', type=int, default=30)
     p.add_argument('--lora-batch', type=int, default=2); p.add_argument('--lora-rank', type=int, default=8)
     p.add_argument('--lora-windows', type=int, default=16); p.add_argument('--lora-length', type=int, default=512)
-    p.add_argument('--lora-lr', type=float, default=1e-3)
+    p.add_argument('--lora-lr', type=float, default=LORA_LR)
     p.add_argument('--lora-decay', action='store_true', help="decay stage 2's learning rate to 0 (cosine) over --lora-steps")
     p.add_argument('--resume', action='store_true', help='continue training the adapters already in OUT')
     p.add_argument('--device'); p.add_argument('--threads', type=int)
