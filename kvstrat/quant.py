@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['SUPPORTED_BITS', 'AXES', 'MIN_SCALE', 'pack_bits', 'unpack_bits', 'QTensor', 'quantize', 'fake_quantize',
-           'quantize_reference', 'hadamard', 'random_hadamard']
+__all__ = ['SUPPORTED_BITS', 'AXES', 'MIN_SCALE', 'SCALE_BITS', 'LOG_SCALE_STEPS', 'LOG_SCALE_MIN', 'pack_bits', 'unpack_bits',
+           'log_scale_decode', 'log_scale_encode', 'stored_scale', 'scale_values', 'QTensor', 'quantize',
+           'fake_quantize', 'quantize_reference', 'hadamard', 'random_hadamard']
 
 # %% ../nbs/02_quant.ipynb #5da0f757
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -103,7 +104,7 @@ def _check(x:torch.Tensor, bits:int, group:int, axis:str):
     if axis == 'token' and x.shape[-1] % group:
         raise ValueError(f"group {group} does not divide the head dim D={x.shape[-1]} (per-token groups lie along D)")
 
-# %% ../nbs/02_quant.ipynb #414a283b
+# %% ../nbs/02_quant.ipynb #fdc0cc38
 def _grouped(x:torch.Tensor, # (..., T, D)
              group:int, axis:str) -> tuple[torch.Tensor, int]:
     "`x` reshaped so that each group lies along one dim, and that dim."
@@ -117,18 +118,45 @@ def _ungrouped(xg:torch.Tensor, axis:str, T:int) -> torch.Tensor:
     "Inverse of `_grouped`: (..., T, D)."
     return xg.flatten(-2) if axis == 'token' else xg.flatten(-3, -2)[..., :T, :]
 
-def _scale_zero(lo:torch.Tensor, hi:torch.Tensor, bits:int) -> tuple[torch.Tensor, torch.Tensor]:
-    "fp16 `(scale, zero)` per group such that `zero + [0, 2**bits - 1] * scale` covers `[lo, hi]`."
+def _scale_zero(lo:torch.Tensor, hi:torch.Tensor, bits:int, scale_bits:int=16) -> tuple[torch.Tensor, torch.Tensor]:
+    "Stored `(scale, zero)` per group such that `zero + [0, 2**bits - 1] * scale` covers `[lo, hi]`; zero in fp16."
     zero = _fp16_toward(lo, up=False)
-    scale = _fp16_toward(((hi - zero.float()) / (2**bits - 1)).clamp_min(MIN_SCALE), up=True)
-    return scale, zero
+    return stored_scale((hi - zero.float()) / (2**bits - 1), scale_bits), zero
 
-# %% ../nbs/02_quant.ipynb #24e8117e
+# %% ../nbs/02_quant.ipynb #dfc98773
+SCALE_BITS = (16, 8)
+LOG_SCALE_STEPS = 12 # 8-bit scale codes per octave
+LOG_SCALE_MIN = -14 # log2 of the smallest 8-bit scale
+
+def log_scale_decode(code:torch.Tensor) -> torch.Tensor: # float32, shaped like `code`
+    "The scale an 8-bit code stands for: `2**(code/12 - 14)`."
+    return torch.exp2(code.float() / LOG_SCALE_STEPS + LOG_SCALE_MIN)
+
+def log_scale_encode(s:torch.Tensor, # float32 scales
+                    ) -> torch.Tensor: # uint8 codes whose decoded scales are >= s
+    "The smallest 8-bit code whose scale is at least `s`; a scale beyond the range is an error."
+    code = ((s.clamp_min(MIN_SCALE).log2() - LOG_SCALE_MIN) * LOG_SCALE_STEPS).ceil_().clamp_min_(0)
+    code += log_scale_decode(code) < s # log2 and exp2 round: a code can land one step low
+    if code.max() > 255:
+        raise ValueError(f"a scale of {s.max().item():.4g} exceeds the 8-bit scale range (at most {log_scale_decode(torch.tensor(255)).item():.4g}): use scale_bits=16")
+    return code.to(torch.uint8)
+
+def stored_scale(s:torch.Tensor, # float32 scales, one per group
+                 scale_bits:int=16) -> torch.Tensor:
+    "Scales as stored, rounded up (at least `MIN_SCALE`): fp16 for `scale_bits=16`, 8-bit log codes for 8."
+    if scale_bits not in SCALE_BITS: raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {scale_bits}")
+    return _fp16_toward(s.clamp_min(MIN_SCALE), up=True) if scale_bits == 16 else log_scale_encode(s)
+
+def scale_values(scale:torch.Tensor) -> torch.Tensor:
+    "Stored scales (or zero-points) as float32: fp16 as is, uint8 as 8-bit log codes."
+    return log_scale_decode(scale) if scale.dtype == torch.uint8 else scale.float()
+
+# %% ../nbs/02_quant.ipynb #ff5423da
 @dataclass
 class QTensor:
     "A packed group-wise quantised tensor: each element is `code * scale + zero` of its group."
     packed: torch.Tensor # (..., T, ceil(D*bits/8)) uint8 codes, packed along D
-    scale: torch.Tensor # fp16 per group: (..., T, D/group) for 'token', (..., ceil(T/group), D) for 'channel'
+    scale: torch.Tensor # per group, fp16 or 8-bit log codes: (..., T, D/group) for 'token', (..., ceil(T/group), D) for 'channel'
     zero: torch.Tensor|None # fp16 per group, shaped like `scale`: the group minimum rounded down; None if symmetric
     bits: int
     group: int
@@ -139,8 +167,8 @@ class QTensor:
     def per_element(self, t:torch.Tensor, # per group, shaped like `scale`
                    ) -> torch.Tensor: # (..., T, D) float32
         "A per-group tensor such as `scale` repeated to one value per element."
-        if self.axis == 'token': return t.float().repeat_interleave(self.group, -1)
-        return t.float().repeat_interleave(self.group, -2)[..., :self.shape[-2], :]
+        if self.axis == 'token': return scale_values(t).repeat_interleave(self.group, -1)
+        return scale_values(t).repeat_interleave(self.group, -2)[..., :self.shape[-2], :]
 
     def codes(self) -> torch.Tensor: return unpack_bits(self.packed, self.bits, self.shape[-1]) # (..., T, D) uint8
 
@@ -154,14 +182,15 @@ class QTensor:
         "Bytes really held: packed codes, scales and zero-points."
         return self.packed.nbytes + self.scale.nbytes + (0 if self.zero is None else self.zero.nbytes)
 
-# %% ../nbs/02_quant.ipynb #857e2568
+# %% ../nbs/02_quant.ipynb #c6312e67
 def quantize(x:torch.Tensor, # (..., T, D) keys or values, any float dtype
              bits:int, # 8, 4, 3 or 2
              group:int, # elements per group: along D for 'token', along T for 'channel'
              axis:str='token', # 'token': per-token groups (values); 'channel': per-channel groups of tokens (keys)
              symmetric:bool=False, # scale only, `x ≈ (code - 2**(bits-1)) * scale`: the original's naive INT8/INT4
+             scale_bits:int=16, # 16: fp16 scales; 8: 8-bit log2 codes (`log_scale_encode`)
             ) -> QTensor:
-    "Round-to-nearest group-wise quantisation with fp16 scale (and zero-point unless `symmetric`)."
+    "Round-to-nearest group-wise quantisation with a scale (and an fp16 zero-point unless `symmetric`) per group."
     _check(x, bits, group, axis)
     if symmetric and axis != 'token': raise ValueError("symmetric quantisation is per token only")
     xg, dim = _grouped(x.float(), group, axis)
@@ -171,11 +200,11 @@ def quantize(x:torch.Tensor, # (..., T, D) keys or values, any float dtype
     if bounds.abs().max() > torch.finfo(torch.half).max: raise ValueError("x exceeds the fp16 range (±65504) of the zero-points")
     if symmetric:
         half = 2**(bits-1)
-        scale, zero = _fp16_toward((torch.maximum(-lo, hi) / (half - 1)).clamp_min(MIN_SCALE), up=True), None
-        codes = (xg / scale.float()).round_().add_(half).clamp_(0, 2**bits - 1).to(torch.uint8)
+        scale, zero = stored_scale(torch.maximum(-lo, hi) / (half - 1), scale_bits), None
+        codes = (xg / scale_values(scale)).round_().add_(half).clamp_(0, 2**bits - 1).to(torch.uint8)
     else:
-        scale, zero = _scale_zero(lo, hi, bits)
-        codes = ((xg - zero.float()) / scale.float()).round_().clamp_(0, 2**bits - 1).to(torch.uint8)
+        scale, zero = _scale_zero(lo, hi, bits, scale_bits)
+        codes = ((xg - zero.float()) / scale_values(scale)).round_().clamp_(0, 2**bits - 1).to(torch.uint8)
     packed = pack_bits(_ungrouped(codes, axis, x.shape[-2]), bits)
     return QTensor(packed, scale.squeeze(dim), None if zero is None else zero.squeeze(dim), bits, group, axis,
                    tuple(x.shape), x.dtype)

@@ -1,6 +1,7 @@
-"""KIVI variants for DIARY.md: attention sinks, group sizes, residual, per-token keys; and where the loss comes from.
+"""KIVI variants for DIARY.md: attention sinks, group sizes, residual, per-token keys, 8-bit scales; and where the loss comes from.
 
-    python scripts/kivi_variants.py [WINDOWS]        # protocol P, 8 windows by default, every variant below
+    python scripts/kivi_variants.py [WINDOWS [MATCH]]   # protocol P, 8 windows by default; the variants whose
+                                                        # description contains MATCH (all by default)
 
 Each variant prints its ΔPPL with the paired standard error over windows, and its measured compression. Two scopes
 the library does not expose swap the cache's row encoder (and restore it): one side left in fp16 to attribute the
@@ -40,6 +41,14 @@ VARIANTS = [ # (what, strategy, encoder scope)
     ('per-token keys, symmetric g32, values g32, residual 0', f'{TOKEN},group=32,value_group=32,residual=0', {}),
     ('per-token keys, symmetric g32, residual 12', f'{TOKEN},group=32,residual=12', {}),
     ('per-token keys, symmetric g64, residual 12', f'{TOKEN},group=64,residual=12', {}),
+    ('per-token keys, symmetric g32, 8-bit scales', f'{TOKEN},group=32,scale_bits=8', {}),
+    ('per-token keys, symmetric g32, values g32, 8-bit scales', f'{TOKEN},group=32,value_group=32,scale_bits=8', {}),
+    ('per-token keys, symmetric g16, 8-bit scales', f'{TOKEN},group=16,scale_bits=8', {}),
+    ('per-token keys, symmetric g16, values g32, 8-bit scales', f'{TOKEN},group=16,value_group=32,scale_bits=8', {}),
+    ('per-token keys, symmetric g16, 8-bit scales, residual 10', f'{TOKEN},group=16,scale_bits=8,residual=10', {}),
+    ('per-token keys, symmetric g16, 8-bit scales, residual 8', f'{TOKEN},group=16,scale_bits=8,residual=8', {}),
+    ('per-token keys, symmetric g16, 8-bit scales, residual 4', f'{TOKEN},group=16,scale_bits=8,residual=4', {}),
+    ('defaults with 8-bit scales', 'kivi:scale_bits=8', {}),
     ('kivi-2, old defaults', 'kivi:bits=2,group=64,value_group=64,residual=16,sinks=0', {}),
     ('kivi-2, defaults', 'kivi:bits=2', {})]
 
@@ -48,8 +57,9 @@ if __name__ == '__main__':
     model, tok = load_model('smollm2-135m')
     windows = eval_windows(tokenize(tok, load_text('wikitext2')[0]), int(sys.argv[1]) if len(sys.argv) > 1 else 8, 1024)
     full = decode_ppl(model, windows, 'full')
-    for what, spec, scope in VARIANTS:
+    match = sys.argv[2] if len(sys.argv) > 2 else ''
+    for what, spec, scope in (v for v in VARIANTS if match in v[0]):
         with encoder(**scope): r = decode_ppl(model, windows, C.make_strategy(spec))
         d = r['window_nll'] - full['window_nll']
         print(f"{what} ({spec}): PPL {r['ppl']:.3f} ({100 * (r['ppl'] / full['ppl'] - 1):+.2f} % ± {100 * d.std() / len(d) ** 0.5:.2f}), "
-              f"compression {r['compression']:.2f}x", flush=True)
+              f"compression {r['compression']:.3f}x", flush=True)
