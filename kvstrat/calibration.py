@@ -15,8 +15,8 @@ from .streaming import (StreamParams, HeadPattern, LoraAdapter, attention_overri
                                streaming_attention, exact_part, hybrid_override, classify_heads, streaming_heads, model_shape)
 
 # %% auto #0
-__all__ = ['GRID_LAM', 'GRID_LOG_GAIN', 'LORA_TARGETS', 'LORA_LR', 'calibration_windows', 'capture_attention', 'head_mse',
-           'fit_layer', 'fit_stage1', 'train_lora', 'hybrid_loss', 'calibrate', 'main']
+__all__ = ['GRID_LAM', 'GRID_LOG_GAIN', 'CLASSIFIERS', 'LORA_TARGETS', 'LORA_LR', 'calibration_windows', 'capture_attention',
+           'head_mse', 'fit_layer', 'fit_stage1', 'mse_pattern', 'train_lora', 'hybrid_loss', 'calibrate', 'main']
 
 # %% ../nbs/08_calibration.ipynb #9457b273
 def calibration_windows(ids:torch.Tensor, # (N,) token ids of the evaluation text
@@ -99,6 +99,15 @@ def fit_stage1(model, windows:torch.Tensor, sinks:int, window:int, steps:int=60,
     p.source = f'stage 1 (per-head MSE, {steps} Adam steps on {tuple(windows.shape)} tokens)'
     return p, dict(mse_zero_shot=before.tolist(), mse_stage1=after.tolist())
 
+# %% ../nbs/08_calibration.ipynb #e59b285b
+CLASSIFIERS = ('mse', 'mass')
+
+def mse_pattern(mse:torch.Tensor, # (L, H_kv) each head's stage-1 MSE as a streaming head
+                sinks:int, window:int) -> HeadPattern:
+    "A head pattern from stage 1: the heads whose fitted state reproduces their output best stream first."
+    v = mse.float().clamp_min(0)
+    return HeadPattern(v / v.max().clamp_min(1e-30), sinks, window, f'stage-1 MSE as a streaming head ({sinks} sinks + {window} recent)')
+
 # %% ../nbs/08_calibration.ipynb #0c9d8e2e
 LORA_TARGETS = ('q_proj', 'k_proj', 'v_proj', 'o_proj')
 LORA_LR = 1e-3 # stage 2's default learning rate (the rate of every run before it could be set)
@@ -154,28 +163,38 @@ def hybrid_loss(model, mask, params:StreamParams, windows:torch.Tensor, adapter:
     with (adapter.merged(model) if adapter else nullcontext()), hybrid_override(model, mask, params):
         return model(input_ids=windows.to(dev), labels=windows.to(dev)).loss.item()
 
-# %% ../nbs/08_calibration.ipynb #a5af88db
+# %% ../nbs/08_calibration.ipynb #6663ab66
 def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint from evaluation text
               out, fractions=(0.25,), sinks:int=4, window:int=64, stage1_steps:int=60, lora_steps:int=30,
               lora_rank:int=8, lora_batch:int=2, lora_windows:torch.Tensor|None=None, # stage 2's ids; None: `windows`
               resume:bool=False, # continue training the adapters already in `out` (for `lora_steps` more steps)
               lora_lr:float=LORA_LR, lora_decay:bool=False, # stage 2's learning rate, and whether it decays to 0 (cosine)
+              classifier:str='mse', # 'mse': the heads stage 1 fits best stream; 'mass': least attention outside sinks + window
               log=print) -> Path:
-    "Pattern, stage-1 parameters and one stage-2 adapter per fraction, written to `out` (an existing stage 1 is reused)."
+    "Stage-1 parameters, pattern and one stage-2 adapter per fraction, written to `out` (an existing stage 1 is reused)."
+    if classifier not in CLASSIFIERS: raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {classifier!r}")
     spec, out, t0 = ModelSpec.of(model), Path(out), time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     report = json.loads((out/'report.json').read_text()) if (out/'report.json').exists() else {}
     try: params, pattern = StreamParams.load(out/'params.json', spec), HeadPattern.load(out/'pattern', spec)
     except (FileNotFoundError, ValueError): params = pattern = None
-    if params is None or (params.sinks, params.window) != (sinks, window):
-        pattern = classify_heads(model, windows, sinks, window, source=f'attention mass outside {sinks} sinks + {window} recent')
-        pattern.save(out/'pattern', spec)
+    if fresh := params is None or (params.sinks, params.window) != (sinks, window):
         params, report = fit_stage1(model, windows, sinks, window, stage1_steps, log=log)
         params.save(out/'params.json', spec)
         report.update(windows=list(windows.shape), stage1_seconds=time.perf_counter() - t0)
     else: log(f'reusing stage 1 in {out}')
+    if fresh or (ranked := report.get('classifier', 'mass')) != classifier: # directories from before `classifier`: 'mass'
+        if not fresh and (kept := [n for n in report.get('adapters', {}) if (out/n).exists()]):
+            raise ValueError(f"{out} holds adapters trained for the heads the {ranked!r} ranking chose ({', '.join(kept)}): "
+                             f"pass classifier={ranked!r} to keep them, or delete them to rank the heads by {classifier!r}")
+        pattern = (mse_pattern(torch.tensor(report['mse_stage1']), sinks, window) if classifier == 'mse' else
+                   classify_heads(model, windows, sinks, window, source=f'attention mass outside {sinks} sinks + {window} recent'))
+        pattern.save(out/'pattern', spec)
+        pattern = HeadPattern.load(out/'pattern', spec) # the saved (rounded) values pick the heads, as in the strategies
+        report.update(classifier=classifier, adapters={})
     report.setdefault('adapters', {})
-    for f in fractions:
+    (out/'report.json').write_text(json.dumps(report, indent=1))
+    for f in (fractions if lora_steps > 0 else ()):
         t1, mask = time.perf_counter(), streaming_heads(pattern, spec, f)
         stage2 = windows if lora_windows is None else lora_windows # (N, T) ids the adapter is trained on
         name = f'lora-{round(100 * f)}.safetensors'
@@ -192,7 +211,7 @@ def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint fr
         (out/'report.json').write_text(json.dumps(report, indent=1))
     return out
 
-# %% ../nbs/08_calibration.ipynb #42b1f8b4
+# %% ../nbs/08_calibration.ipynb #55423d42
 def main(argv=None) -> int:
     "`python -m kvstrat.calibration`: calibrate streaming heads for a model and write the directory."
     p = argparse.ArgumentParser(prog='python -m kvstrat.calibration', description=main.__doc__)
@@ -206,6 +225,7 @@ def main(argv=None) -> int:
     p.add_argument('--lora-lr', type=float, default=LORA_LR)
     p.add_argument('--lora-decay', action='store_true', help="decay stage 2's learning rate to 0 (cosine) over --lora-steps")
     p.add_argument('--resume', action='store_true', help='continue training the adapters already in OUT')
+    p.add_argument('--classifier', choices=CLASSIFIERS, default='mse', help='which heads stream: stage-1 MSE, or attention mass')
     p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     if o.threads: torch.set_num_threads(o.threads)
@@ -219,7 +239,7 @@ def main(argv=None) -> int:
         print(f"calibration: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
     print(f'calibrating {o.model} on {name}: {o.windows} windows of {o.length} tokens at offsets {starts}', file=sys.stderr)
     calibrate(model, windows, o.out, o.fractions, o.sinks, o.window, o.stage1_steps, o.lora_steps, o.lora_rank, o.lora_batch,
-              lora_windows, o.resume, o.lora_lr, o.lora_decay)
+              lora_windows, o.resume, o.lora_lr, o.lora_decay, o.classifier)
     return 0
 
 # %% ../nbs/08_calibration.ipynb #c8c04de6
