@@ -213,8 +213,8 @@ def fake_quantize(x:torch.Tensor, bits:int, group:int, axis:str='token') -> torc
     "`quantize(...).dequantize()`: the error a quantised cache adds, in `x`'s shape and dtype."
     return quantize(x, bits, group, axis).dequantize()
 
-# %% ../nbs/02_quant.ipynb #0ec641d1
-def quantize_reference(x:torch.Tensor, bits:int, group:int, axis:str='token',
+# %% ../nbs/02_quant.ipynb #d1ac8cdd
+def quantize_reference(x:torch.Tensor, bits:int, group:int, axis:str='token', scale_bits:int=16,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "`(codes, scale, zero)` as `quantize` computes them, one group at a time; codes unpacked, (..., T, D) uint8."
     _check(x, bits, group, axis)
@@ -222,15 +222,16 @@ def quantize_reference(x:torch.Tensor, bits:int, group:int, axis:str='token',
     B, T, D = xs.shape
     n_groups = (T, D // group) if axis == 'token' else (math.ceil(T / group), D)
     codes = torch.zeros(B, T, D, dtype=torch.uint8)
-    scale, zero = torch.zeros(B, *n_groups, dtype=torch.half), torch.zeros(B, *n_groups, dtype=torch.half)
+    scale = torch.zeros(B, *n_groups, dtype=torch.half if scale_bits == 16 else torch.uint8)
+    zero = torch.zeros(B, *n_groups, dtype=torch.half)
     for b in range(B):
         for i in range(n_groups[0]):
             for j in range(n_groups[1]):
                 at = (b, i, slice(j*group, (j+1)*group)) if axis == 'token' else (b, slice(i*group, (i+1)*group), j)
                 lo, hi = xs[at].min(), xs[at].max()
                 zero[b, i, j] = z = _fp16_toward(lo, up=False)
-                scale[b, i, j] = s = _fp16_toward(((hi - z.float()) / (2**bits - 1)).clamp_min(MIN_SCALE), up=True)
-                codes[at] = ((xs[at] - z.float()) / s.float()).round().clamp(0, 2**bits - 1).to(torch.uint8)
+                scale[b, i, j] = s = stored_scale((hi - z.float()) / (2**bits - 1), scale_bits)
+                codes[at] = ((xs[at] - z.float()) / scale_values(s)).round().clamp(0, 2**bits - 1).to(torch.uint8)
     lead = x.shape[:-2]
     return codes.reshape(*lead, T, D), scale.reshape(*lead, *n_groups), zero.reshape(*lead, *n_groups)
 

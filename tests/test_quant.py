@@ -2,7 +2,7 @@
 import math
 import torch
 from hypothesis import given, settings, strategies as st
-from kvstrat.quant import AXES, SUPPORTED_BITS, QTensor, pack_bits, quantize, quantize_reference, unpack_bits
+from kvstrat.quant import AXES, SCALE_BITS, SUPPORTED_BITS, QTensor, pack_bits, quantize, quantize_reference, unpack_bits
 
 torch.set_num_threads(1)
 
@@ -28,11 +28,12 @@ def test_error_bound(seed, T, bits, axis, group, n_groups, log_peak, offset):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), T=st.integers(1, 20), bits=st.sampled_from(SUPPORTED_BITS),
-       axis=st.sampled_from(AXES), group=st.sampled_from([1, 2, 5, 8]), offset=st.sampled_from([0.0, 50.0]))
-def test_matches_reference(seed, T, bits, axis, group, offset):
+       axis=st.sampled_from(AXES), group=st.sampled_from([1, 2, 5, 8]), offset=st.sampled_from([0.0, 50.0]),
+       scale_bits=st.sampled_from(SCALE_BITS))
+def test_matches_reference(seed, T, bits, axis, group, offset, scale_bits):
     x = _keys(seed, (2, T, 2 * group), 1.0, offset)
-    q = quantize(x, bits, group, axis)
-    codes, scale, zero = quantize_reference(x, bits, group, axis)
+    q = quantize(x, bits, group, axis, scale_bits=scale_bits)
+    codes, scale, zero = quantize_reference(x, bits, group, axis, scale_bits)
     assert torch.equal(q.codes(), codes) and torch.equal(q.scale, scale) and torch.equal(q.zero, zero)
 
 @settings(max_examples=100, deadline=None)
