@@ -9,20 +9,29 @@ import sys
 import torch
 from kvstrat.core import load_model, load_text, tokenize
 from kvstrat.calibration import calibration_windows
-_, tok = load_model('smollm2-135m')
-ids = tokenize(tok, load_text('wikitext2')[0]); N = len(ids)
-used = torch.zeros(N, dtype=torch.bool)
-for n, L in ((2, 1024), (16, 512), (16, 1024)):
-    _, starts = calibration_windows(ids, n, L)
-    for s in starts: used[s:s + L] = True
-L, free = 4096, []
-s = 0
-while s + L <= N:
-    if used[s:s + L].any(): s += int(used[s:s + L].nonzero()[-1]) + 1
-    else: free.append(s); s += L
-print(N, 'tokens;', len(free), 'free 4096-windows')
-pick = [free[i] for i in torch.linspace(0, len(free) - 1, 4).round().long().tolist()]
-print('picked starts', pick)
-text = '\n'.join(tok.decode(ids[p:p + L]) for p in pick)
-open(sys.argv[1], 'w', encoding='utf-8').write(text)
-print(len(tokenize(tok, text)), 'tokens in the file')
+
+def free_windows(taken:torch.Tensor, L:int) -> list[int]:
+    "Starts of consecutive `L`-token windows that touch no `taken` token."
+    free, s = [], 0
+    while s + L <= len(taken):
+        if taken[s:s + L].any(): s += int(taken[s:s + L].nonzero()[-1]) + 1
+        else: free.append(s); s += L
+    return free
+
+def long_windows(ids:torch.Tensor, L:int=4096, n:int=4) -> list[int]:
+    "Starts of the `n` long evaluation windows: spread over the windows no calibration window touches."
+    used = torch.zeros(len(ids), dtype=torch.bool)
+    for count, length in ((2, 1024), (16, 512), (16, 1024)):
+        for s in calibration_windows(ids, count, length)[1]: used[s:s + length] = True
+    free = free_windows(used, L)
+    print(len(ids), 'tokens;', len(free), f'free {L}-windows')
+    return [free[i] for i in torch.linspace(0, len(free) - 1, n).round().long().tolist()]
+
+if __name__ == '__main__':
+    _, tok = load_model('smollm2-135m')
+    ids = tokenize(tok, load_text('wikitext2')[0])
+    pick = long_windows(ids)
+    print('picked starts', pick)
+    text = '\n'.join(tok.decode(ids[p:p + 4096]) for p in pick)
+    open(sys.argv[1], 'w', encoding='utf-8').write(text)
+    print(len(tokenize(tok, text)), 'tokens in the file')
