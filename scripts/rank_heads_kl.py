@@ -5,7 +5,7 @@ pattern (DuoAttention format; the lowest KL streams first). This made `kvstrat/d
 
     python scripts/rank_heads_kl.py kvstrat/data/streaming-smollm2-135m/pattern-kl     # ≈ 8 min at 2 threads
 """
-import json, sys, torch, time
+import sys, time, torch
 import torch.nn.functional as F
 torch.set_num_threads(2)
 from pathlib import Path
@@ -14,19 +14,20 @@ from kvstrat.calibration import calibration_windows
 from kvstrat.streaming import StreamParams, HeadPattern, hybrid_override
 model, tok = load_model('smollm2-135m'); spec = ModelSpec.of(model)
 ids = tokenize(tok, load_text('wikitext2')[0])
-windows, starts = calibration_windows(ids, 2, 1024)
+windows, _ = calibration_windows(ids, 2, 1024)
 cal = Path('kvstrat/data/streaming-smollm2-135m')
 params = StreamParams.load(cal/'params.json', spec)
+past = params.sinks + params.window # positions with something folded
 with torch.no_grad():
-    ref = F.log_softmax(model(windows).logits[:, 68:].float(), -1) # positions past 4 sinks + 64 recent
+    ref = F.log_softmax(model(windows).logits[:, past:].float(), -1)
     kl = torch.zeros(spec.n_layers, spec.n_kv_heads)
     t = time.time()
     for l in range(spec.n_layers):
         for h in range(spec.n_kv_heads):
             mask = torch.zeros(spec.n_layers, spec.n_kv_heads, dtype=torch.bool); mask[l, h] = True
             with hybrid_override(model, mask, params):
-                lp = F.log_softmax(model(windows).logits[:, 68:].float(), -1)
-            kl[l, h] = (ref.exp() * (ref - lp)).sum(-1).mean()
+                lp = F.log_softmax(model(windows).logits[:, past:].float(), -1)
+            kl[l, h] = F.kl_div(lp, ref, log_target=True, reduction='none').sum(-1).mean()
         print(l, kl[l].tolist(), f'{time.time() - t:.0f}s', flush=True)
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
-HeadPattern(kl / kl.max(), 4, 64, 'KL of the model when the head alone streams (stage-1 state)').save(out, spec)
+HeadPattern(kl / kl.max(), params.sinks, params.window, 'KL of the model when the head alone streams (stage-1 state)').save(out, spec)

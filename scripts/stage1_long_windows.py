@@ -15,7 +15,7 @@ from long_context_text import free_windows, long_windows # scripts/
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
 model, tok = load_model('smollm2-135m')
 ids = tokenize(tok, load_text('wikitext2')[0]); N = len(ids)
-L = 4096
+L, SINKS, WINDOW, STEPS = 4096, 4, 64, 40 # the shipped calibration's sinks, window and stage-1 steps
 taken = torch.zeros(N, dtype=torch.bool)
 for W in (1, 2, 4, 8, 16): # protocol P's evaluation windows, as calibration_windows avoids them
     for p in (torch.linspace(0, N - 1024, W).long().tolist() if W > 1 else [0]): taken[p:p + 1024] = True
@@ -25,9 +25,9 @@ cand = free_windows(taken, L)
 pick = [cand[i] for i in torch.linspace(0, len(cand) - 1, 2).round().long().tolist()]
 print('4k eval starts', long_eval, 'calibration starts', pick, flush=True)
 windows = torch.stack([ids[p:p + L] for p in pick])
-params, report = fit_stage1(model, windows, 4, 64, 40)
+params, report = fit_stage1(model, windows, SINKS, WINDOW, STEPS)
 spec = ModelSpec.of(model)
 params.save(out/'params.json', spec)
-mse_pattern(torch.tensor(report['mse_stage1']), 4, 64).save(out/'pattern', spec)
+mse_pattern(torch.tensor(report['mse_stage1']), SINKS, WINDOW).save(out/'pattern', spec)
 report.update(windows=list(windows.shape), window_starts=pick, classifier='mse', adapters={})
 (out/'report.json').write_text(json.dumps(report, indent=1))
