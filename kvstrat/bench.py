@@ -260,8 +260,8 @@ def peak_memory_mb(device:torch.device) -> float:
     try: return int(re.search(r'VmHWM:\s+(\d+) kB', Path('/proc/self/status').read_text()).group(1)) / 1024
     except (OSError, AttributeError): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 # kB on Linux
 
-# %% ../nbs/09_bench.ipynb #c16b47a2
-@torch.no_grad()
+# %% ../nbs/09_bench.ipynb #d2e81f87
+@torch.inference_mode()
 def speed_once(model, ids:torch.Tensor, # (L,) context tokens
                strategy:Strategy|str, decode:int=32) -> dict:
     "Prefill `ids` in chunks, then decode `decode` tokens one by one; tokens/s of each, and the bytes held after."

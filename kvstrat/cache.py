@@ -21,11 +21,12 @@ from .core import ModelSpec
 from .quant import quantize, pack_bits, unpack_bits, hadamard, scale_values, SCALE_BITS
 
 # %% auto #0
-__all__ = ['FP16', 'STRATEGIES', 'TierSpec', 'Encoded', 'group_heads', 'encode_rows', 'decode_rows', 'select_rows', 'interleave',
-           'merge_rows', 'fit_basis', 'lowrank_add', 'lowrank_decode', 'TierStore', 'LayerView', 'HeadState',
-           'register', 'Strategy', 'CompressedLayer', 'allowed_slots', 'explicit_attention', 'grouped_attention',
-           'reference_attention', 'kvstrat_attention', 'CompressedCache', 'attention_scope', 'Full', 'NaiveQuant',
-           'Int8', 'Int4', 'rank_in_head', 'Kivi', 'make_strategy']
+__all__ = ['FP16', 'STRATEGIES', 'TIERED_MAX_QUERIES', 'TierSpec', 'Encoded', 'group_heads', 'encode_rows', 'encode_pair',
+           'decode_rows', 'select_rows', 'interleave', 'merge_rows', 'fit_basis', 'lowrank_add', 'lowrank_decode',
+           'TierStore', 'LayerView', 'HeadState', 'register', 'Strategy', 'CompressedLayer', 'allowed_slots',
+           'explicit_attention', 'grouped_attention', 'reference_attention', 'tier_scores', 'tier_values',
+           'tiered_attention', 'kvstrat_attention', 'CompressedCache', 'attention_scope', 'Full', 'NaiveQuant', 'Int8',
+           'Int4', 'rank_in_head', 'Kivi', 'make_strategy']
 
 # %% ../nbs/03_cache.ipynb #d6368ffe
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Encoded:
     @property
     def nbytes(self) -> int: return sum(t.nbytes for t in self.tensors())
 
-# %% ../nbs/03_cache.ipynb #1533ce44
+# %% ../nbs/03_cache.ipynb #c5d553a6
 def _grouped(spec:TierSpec, is_key:bool) -> bool:
     "Do runs of consecutive rows share parameters? Per-channel keys do, and a low-rank tier's heads."
     return spec.rank is not None or (spec.bits is not None and is_key and spec.key_axis == 'channel')
@@ -109,6 +110,14 @@ def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
     q = quantize(padded, spec.bits, spec.key_group, 'channel', scale_bits=spec.scale_bits)
     return Encoded(q.packed[gid, slot], q.scale[:, 0], q.zero[:, 0], sizes.to(torch.int32))
 
+def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows, sorted by head
+                heads:torch.Tensor, spec:TierSpec) -> tuple[Encoded, Encoded]:
+    "Encode new keys and values; one quantisation for both when they share a per-token format (fewer small ops)."
+    if spec.bits is None or spec.rank is not None or spec.key_axis != 'token' or spec.key_group != spec.value_group:
+        return encode_rows(k, heads, spec, True), encode_rows(v, heads, spec, False)
+    both = encode_rows(torch.stack([k, v]), heads, spec, False) # (2, n, ...) per token: keys group like values here
+    return tuple(Encoded(both.data[i], both.scale[i], None if both.zero is None else both.zero[i]) for i in range(2))
+
 def decode_rows(e:Encoded, spec:TierSpec, is_key:bool, D:int, dtype:torch.dtype) -> torch.Tensor:
     "The stored rows `(N, D)` back in `dtype`."
     if spec.rank is not None: return lowrank_decode(e, D).to(dtype)
@@ -128,7 +137,7 @@ def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: #
     else: grouped.mul_(scale).add_(e.zero.float()[..., None])
     return codes
 
-# %% ../nbs/03_cache.ipynb #5f5e6dad
+# %% ../nbs/03_cache.ipynb #4e40e827
 def select_rows(e:Encoded, keep:torch.Tensor, # (N,) bool
                 spec:TierSpec, is_key:bool) -> Encoded:
     "The rows where `keep` is True; groups (per-channel, or a low-rank head's) that lose all their rows are dropped."
@@ -143,6 +152,9 @@ def select_rows(e:Encoded, keep:torch.Tensor, # (N,) bool
 def interleave(a:torch.Tensor, a_counts:list, # (Na, ...) head-major rows, and each head's count
                b:torch.Tensor, b_counts:list) -> torch.Tensor: # (Nb, ...) likewise
     "`(Na+Nb, ...)`: head by head, that head's rows of `a`, then its rows of `b` (one copy, no index)."
+    if len(set(a_counts)) == 1 and len(set(b_counts)) == 1: # every head alike: one cat of `(heads, rows, ...)` views
+        per_head = lambda x, n: x.view(len(a_counts), n, *x.shape[1:])
+        return torch.cat([per_head(a, a_counts[0]), per_head(b, b_counts[0])], 1).flatten(0, 1)
     return torch.cat([x for pair in zip(a.split(a_counts), b.split(b_counts)) for x in pair])
 
 def merge_rows(a:Encoded, b:Encoded, a_rows:list, b_rows:list, # rows per head of each
@@ -212,28 +224,29 @@ class TierStore:
         if self.n == 0: return 0
         return self.k.nbytes + self.v.nbytes + sum(t.nbytes for t in (self.counts, self.pos, self.score) if t is not None)
 
-# %% ../nbs/03_cache.ipynb #58b5c943
+# %% ../nbs/03_cache.ipynb #b3919dc7
 @patch
 @torch.no_grad()
 def add(self:TierStore, heads, pos, score, k, v):
     "Add rows `(n, D)` sorted by head; they join the end of their head's rows."
     if len(heads) == 0: return
-    old, empty = self.heads(), self.n == 0
-    a_rows, b_rows = self.counts.tolist(), torch.bincount(heads, minlength=self.n_heads).tolist()
+    empty, arriving = self.n == 0, torch.bincount(heads, minlength=self.n_heads)
+    a_rows, b_rows = self.counts.tolist(), arriving.tolist()
     if self.spec.rank is not None: # one group per head: new rows join it, on its frozen basis
+        old = self.heads()
         order = torch.sort(torch.cat([old, heads]), stable=True).indices # the merged rows, head-major
         self.k, self.v = [lowrank_add(e, old, x, heads, self.spec.rank, order) for e, x in ((self.k, k), (self.v, v))]
     else:
-        new_k, new_v = encode_rows(k, heads, self.spec, True), encode_rows(v, heads, self.spec, False)
+        new_k, new_v = encode_pair(k, v, heads, self.spec)
         a_groups = b_groups = None
         if not empty and new_k.group_sizes is not None: # channel groups stay head-major, like their rows
             per_head = lambda e, h: torch.bincount(group_heads(e, h), minlength=self.n_heads).tolist()
-            a_groups, b_groups = per_head(self.k, old), per_head(new_k, heads)
+            a_groups, b_groups = per_head(self.k, self.heads()), per_head(new_k, heads)
         self.k = new_k if empty else merge_rows(self.k, new_k, a_rows, b_rows, a_groups, b_groups)
         self.v = new_v if empty else merge_rows(self.v, new_v, a_rows, b_rows)
     if self.keep_pos: self.pos = interleave(self.pos, a_rows, pos.to(torch.int32), b_rows)
     if self.keep_score: self.score = interleave(self.score, a_rows, score.float(), b_rows)
-    self.counts += torch.bincount(heads, minlength=self.n_heads).to(torch.int32)
+    self.counts += arriving.to(torch.int32)
     self._heads = None
 
 @patch
@@ -245,10 +258,17 @@ def select(self:TierStore, keep:torch.Tensor):
     if self.keep_pos: self.pos = self.pos[keep]
     if self.keep_score: self.score = self.score[keep]
 
-# %% ../nbs/03_cache.ipynb #b1239487
+@patch
+def clear(self:TierStore):
+    "Release every row (cheaper than `select` with nothing kept)."
+    self.counts, self.k, self.v, self._heads = torch.zeros_like(self.counts), None, None, None
+    if self.keep_pos: self.pos = self.pos.new_zeros(0) # a new empty tensor: a `[:0]` view would keep the old storage
+    if self.keep_score: self.score = self.score.new_zeros(0)
+
+# %% ../nbs/03_cache.ipynb #b540987f
 @dataclass
 class LayerView:
-    "What a strategy sees of one layer: every stored row, over all tiers."
+    "What a strategy sees of one layer: every stored row it may move (all tiers, or tier 0 for `fresh_only`)."
     layer_idx: int
     n_layers: int
     batch: int
@@ -277,7 +297,7 @@ class HeadState(Protocol):
     def gather_batches(self, batch_idx:torch.Tensor): ...
     def nbytes(self) -> int: ...
 
-# %% ../nbs/03_cache.ipynb #c4e25588
+# %% ../nbs/03_cache.ipynb #8832d191
 STRATEGIES: dict[str, type] = {}
 
 def register(cls):
@@ -296,6 +316,7 @@ class Strategy:
     keep_score: ClassVar[bool] = False # store an importance score per row
     one_way: ClassVar[bool] = True
     in_order: ClassVar[bool] = False # deeper tiers hold each head's oldest tokens, in order, none evicted: positions are implied
+    fresh_only: ClassVar[bool] = False # `assign` only moves tier-0 rows (deeper ones stay put): the view holds tier 0 alone
 
     def tiers(self, head_dim:int) -> tuple[TierSpec, ...]: return (replace(FP16, fp_dtype=self.fp_dtype),)
     def assign(self, view:LayerView) -> torch.Tensor|None: return None # (N,) target tier, or None: no change
@@ -315,18 +336,24 @@ class Strategy:
         args = ','.join(f'{f.name}={getattr(self, f.name)}' for f in fields(self))
         return f'{self.name}:{args}' if args else self.name
 
-# %% ../nbs/03_cache.ipynb #a57d653c
+# %% ../nbs/03_cache.ipynb #2b62d2c5
 class CompressedLayer(CacheLayerMixin):
     "One decoder layer's KV cache, stored in tiers chosen by a strategy."
     is_sliding, is_croppable = False, True
 
-    def __init__(self, strategy:Strategy, layer_idx:int, spec:ModelSpec):
+    def __init__(self, strategy:Strategy, layer_idx:int, spec:ModelSpec,
+                 tiered:bool=True): # attention may read the tiers directly when every head holds the same rows
         super().__init__()
         self.strategy, self.layer_idx, self.spec = strategy, layer_idx, spec
         self.specs = strategy.tiers(spec.head_dim)
         self.seen, self.unpositioned = 0, -1 # newest position moved into a tier that keeps no positions
         self.frozen = False # when True, new tokens stay in tier 0 (prefill-only compression)
+        self.tiered = tiered
+        self.slot_pos = self.dense_keys = None # `assemble`'s transient read buffers
         self.state: HeadState|None = None # created with the storage, by strategies whose heads keep a state
+        if strategy.fresh_only and (strategy.keep_score or strategy.needs_attention or strategy.needs_keys):
+            raise ValueError(f"{strategy.name}: a fresh_only strategy sees tier 0 alone, so it cannot keep scores or "
+                             "observe attention or keys over every row")
 
     def lazy_initialization(self, key_states, value_states):
         B, H, _, D = key_states.shape
@@ -338,7 +365,10 @@ class CompressedLayer(CacheLayerMixin):
         self.is_initialized = True
         self.state = s.head_state(self)
 
-    def update(self, key_states, value_states, *args, **kwargs): return self.write(key_states, value_states)
+    def update(self, key_states, value_states, *args, **kwargs):
+        "Store the new rows and hand them back: `kvstrat_attention` reads the stored tiers (`assemble` gives them dense)."
+        self.write(key_states, value_states)
+        return key_states, value_states
     def get_seq_length(self) -> int: return self.seen
     def get_mask_sizes(self, query_length:int) -> tuple[int, int]: return self.seen + query_length, 0
     def get_max_length(self) -> int: return -1
@@ -349,12 +379,15 @@ class CompressedLayer(CacheLayerMixin):
     def kept(self) -> torch.Tensor:
         "(B, H_kv) tokens each head holds, over all tiers."
         return sum(t.counts for t in self.tiers).view(self.B, self.H)
+    def movable_tiers(self) -> list[TierStore]:
+        "The tiers whose rows the strategy may move, and `view` shows."
+        return self.tiers[:1] if self.strategy.fresh_only else self.tiers
 
-# %% ../nbs/03_cache.ipynb #ce2ac1bf
+# %% ../nbs/03_cache.ipynb #b0f78262
 @patch
 @torch.no_grad()
 def write(self:CompressedLayer, key_states, value_states):
-    "Store new `(B, H_kv, q, D)` keys/values in tier 0; return all tokens dequantised `(B, H_kv, T, D)`."
+    "Store new `(B, H_kv, q, D)` keys/values in tier 0."
     if not self.is_initialized: self.lazy_initialization(key_states, value_states)
     B, H, q, D = key_states.shape
     heads = torch.arange(B*H, device=self.device).repeat_interleave(q)
@@ -362,7 +395,6 @@ def write(self:CompressedLayer, key_states, value_states):
     self.tiers[0].add(heads, pos, torch.zeros(B*H*q, device=self.device),
                       key_states.reshape(-1, D), value_states.reshape(-1, D))
     self.seen += q
-    return self.assemble()
 
 @patch
 def assemble(self:CompressedLayer):
@@ -396,7 +428,7 @@ def slot_index(self:CompressedLayer) -> list[tuple]:
         out.append((heads, offset[i][heads] + torch.arange(t.n, device=self.device) - start[heads]))
     return out
 
-# %% ../nbs/03_cache.ipynb #c8db3cc1
+# %% ../nbs/03_cache.ipynb #7b94b48a
 @patch
 def row_positions(self:CompressedLayer) -> list[torch.Tensor]:
     "Each tier's row positions: stored, implied (for in-order strategies), or -1 where unknown."
@@ -413,13 +445,14 @@ def row_positions(self:CompressedLayer) -> list[torch.Tensor]:
 
 @patch
 def view(self:CompressedLayer) -> LayerView:
-    "Every stored row, tier 0 first, as the strategy sees it."
+    "The rows of the movable tiers, tier 0 first, as the strategy sees them."
     cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, device=self.device)
-    tier = cat([torch.full((t.n,), i, device=self.device) for i, t in enumerate(self.tiers)])
-    pos = cat(self.row_positions())
-    score = cat([t.score for t in self.tiers]) if self.strategy.keep_score else None
+    tiers = self.movable_tiers()
+    tier = cat([torch.full((t.n,), i, device=self.device) for i, t in enumerate(tiers)])
+    pos = cat([tiers[0].pos.long()] if self.strategy.fresh_only else self.row_positions()) # tier 0 keeps positions
+    score = cat([t.score for t in tiers]) if self.strategy.keep_score else None
     return LayerView(self.layer_idx, self.spec.n_layers, self.B, self.H, self.seen, tier.long(),
-                     cat([t.heads() for t in self.tiers]), pos, score, len(self.tiers))
+                     cat([t.heads() for t in tiers]), pos, score, len(self.tiers))
 
 @patch
 @torch.no_grad()
@@ -452,31 +485,39 @@ def after_attention(self:CompressedLayer, probs:torch.Tensor|None, # (B*H_kv, q,
         if is_pad is not None: fold &= ~is_pad
     self.move(view, target, fold)
 
-# %% ../nbs/03_cache.ipynb #660a1139
+# %% ../nbs/03_cache.ipynb #4f9765cf
 @patch
 def move(self:CompressedLayer, view:LayerView, target:torch.Tensor,
          fold:torch.Tensor|None=None): # (N,) bool: evicted rows the layer's `HeadState` absorbs
     "Move rows from `view.tier` to `target`: one requantisation from the stored value; evicted rows are freed."
-    arrivals, sizes = [[] for _ in self.tiers], [t.n for t in self.tiers]
-    folds = fold.split(sizes) if fold is not None else [None] * len(self.tiers)
-    for i, (t, rows, folding) in enumerate(zip(self.tiers, target.split(sizes), folds)):
+    tiers = self.movable_tiers()
+    arrivals, sizes = [[] for _ in self.tiers], [t.n for t in tiers]
+    folds = fold.split(sizes) if fold is not None else [None] * len(tiers)
+    for i, (t, rows, folding) in enumerate(zip(tiers, target.split(sizes), folds)):
         leaving = rows != i
-        if not leaving.any(): continue
-        k = decode_rows(select_rows(t.k, leaving, t.spec, True), t.spec, True, self.D, torch.float32)
-        v = decode_rows(select_rows(t.v, leaving, t.spec, False), t.spec, False, self.D, torch.float32)
-        heads, dest = t.heads()[leaving], rows[leaving]
-        pos = t.pos[leaving] if t.pos is not None else torch.full_like(heads, -1)
-        if folding is not None and (f := folding[leaving]).any(): self.state.absorb(heads[f], pos[f], k[f], v[f], self.seen)
-        score = t.score[leaving] if t.score is not None else torch.zeros(len(heads), device=self.device)
-        t.select(~leaving)
-        for j in dest.unique().tolist():
+        n_leaving = int(leaving.sum())
+        if n_leaving == 0: continue
+        whole = n_leaving == t.n # the whole tier leaves (int8's one new token per head): nothing to select
+        pick = (lambda x: x) if whole else (lambda x: x[leaving])
+        k = decode_rows(t.k if whole else select_rows(t.k, leaving, t.spec, True), t.spec, True, self.D, torch.float32)
+        v = decode_rows(t.v if whole else select_rows(t.v, leaving, t.spec, False), t.spec, False, self.D, torch.float32)
+        heads, dest = pick(t.heads()), pick(rows)
+        pos = pick(t.pos) if t.pos is not None else torch.full_like(heads, -1)
+        if folding is not None and (f := pick(folding)).any(): self.state.absorb(heads[f], pos[f], k[f], v[f], self.seen)
+        score = pick(t.score) if t.score is not None else torch.zeros(len(heads), device=self.device)
+        t.clear() if whole else t.select(~leaving)
+        dests = dest.unique().tolist()
+        for j in dests:
             if j == len(self.tiers): continue # evicted: nothing is kept
-            m = dest == j
-            arrivals[j].append((heads[m], pos[m], score[m], k[m], v[m]))
+            part = (heads, pos, score, k, v) if len(dests) == 1 else [x[dest == j] for x in (heads, pos, score, k, v)]
+            arrivals[j].append(part)
             # crop() can only remove tokens whose positions are known
-            if not self.tiers[j].keep_pos: self.unpositioned = max(self.unpositioned, int(pos[m].max()))
+            if not self.tiers[j].keep_pos: self.unpositioned = max(self.unpositioned, int(part[1].max()))
     for j, parts in enumerate(arrivals):
         if not parts: continue
+        if len(parts) == 1: # rows of one tier, still head-major
+            self.tiers[j].add(*parts[0])
+            continue
         heads, pos, score, k, v = (torch.cat(x) for x in zip(*parts))
         order = torch.sort(heads, stable=True).indices
         self.tiers[j].add(heads[order], pos[order], score[order], k[order], v[order])
@@ -600,7 +641,78 @@ def reference_attention(query, key, value, allowed, scaling) -> torch.Tensor:
     w = (query @ k.transpose(-1, -2) * scaling).masked_fill(~m, float('-inf')).softmax(-1)
     return (w @ v).transpose(1, 2)
 
-# %% ../nbs/03_cache.ipynb #46d51af3
+# %% ../nbs/03_cache.ipynb #42239f42
+def _per_head(x:torch.Tensor, heads:int) -> torch.Tensor: return x.view(heads, -1, *x.shape[1:]) # (N, ...) -> (heads, n, ...)
+
+def _full_channel_groups(t:TierStore) -> bool:
+    "Are a per-channel key tier's groups all whole (each head's rows then split into `n / key_group` equal groups)?"
+    return len(t.k.group_sizes) * t.spec.key_group == t.n
+
+def _token_groups(e:Encoded, spec:TierSpec, is_key:bool, heads:int, D:int):
+    "A per-token-group tier as `(codes (heads, n, J, g), scale, offset (heads, J, 1, n))`: each value is `code·scale + offset`."
+    g = spec.key_group if is_key else spec.value_group
+    codes = _per_head(unpack_bits(e.data, spec.bits, D), heads).float().unflatten(-1, (D // g, g))
+    scale = _per_head(scale_values(e.scale), heads).transpose(1, 2)[:, :, None] # (heads, J, 1, n)
+    offset = -2 ** (spec.bits - 1) * scale if spec.symmetric else _per_head(e.zero.float(), heads).transpose(1, 2)[:, :, None]
+    return codes, scale, offset
+
+def tier_scores(t:TierStore, qg:torch.Tensor, # (B*H_kv, M, D) float32 queries, M = g*q per KV head
+               ) -> torch.Tensor: # (B*H_kv, M, n) each query's dot product with each of the tier's keys
+    "Query-key products over one tier whose heads hold equal rows, from the codes where the scales fold."
+    spec, e, BH, D = t.spec, t.k, t.n_heads, t.D
+    if spec.bits is None or spec.rank is not None or (_grouped(spec, True) and not _full_channel_groups(t)):
+        return qg @ _per_head(decode_rows(e, spec, True, D, torch.float32), BH).transpose(1, 2)
+    if spec.rotate: qg = qg @ _rotation(D, qg.device) # keys are stored as y = k·H: q·k = (q·H)·y
+    if spec.key_axis == 'channel': # (q∘S_grp)·code + q·Z_grp, per group of key_group rows
+        codes = _per_head(unpack_bits(e.data, spec.bits, D), BH).float().unflatten(1, (-1, spec.key_group)) # (BH, G, r, D)
+        S, Z = _per_head(scale_values(e.scale), BH), _per_head(e.zero.float(), BH) # (BH, G, D)
+        dots = (qg[:, None] * S[:, :, None]) @ codes.transpose(-1, -2) + (qg @ Z.transpose(1, 2)).transpose(1, 2)[..., None]
+        return dots.transpose(1, 2).flatten(2) # (BH, G, M, r) -> (BH, M, n)
+    codes, scale, offset = _token_groups(e, spec, True, BH, D) # s·(q_j·code_j) + z·Σq_j, per channel group j
+    qj = qg.unflatten(-1, codes.shape[-2:]).transpose(1, 2) # (BH, J, M, g)
+    return ((qj @ codes.permute(0, 2, 3, 1)) * scale + qj.sum(-1, keepdim=True) * offset).sum(1)
+
+def tier_values(t:TierStore, p:torch.Tensor, # (B*H_kv, M, n) attention over the tier's rows
+               ) -> torch.Tensor: # (B*H_kv, M, D) float32: the tier's share of the output
+    "Attention-weighted sum of one tier's values, from the codes where the scales fold."
+    spec, e, BH, D = t.spec, t.v, t.n_heads, t.D
+    if spec.bits is None or spec.rank is not None: return p @ _per_head(decode_rows(e, spec, False, D, torch.float32), BH)
+    codes, scale, offset = _token_groups(e, spec, False, BH, D) # (p·s)·code_j + Σ p·z, per channel group j
+    pj = p[:, None] # (BH, 1, M, n)
+    out = (pj * scale) @ codes.transpose(1, 2) + (pj * offset).sum(-1, keepdim=True) # (BH, J, M, g)
+    out = out.transpose(1, 2).flatten(2)
+    return out @ _rotation(D, p.device).T if spec.rotate else out
+
+# %% ../nbs/03_cache.ipynb #015bc83d
+TIERED_MAX_QUERIES = 32
+
+@patch
+def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) -> bool:
+    "May attention read the tiers directly? Every head must hold the same number of rows in each tier."
+    s = self.strategy
+    # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
+    # queries over 2k tokens would be about 75 MB per layer.
+    return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None and self.state is None and not s.needs_keys
+            and all(len(set(t.counts.tolist())) == 1 for t in self.tiers))
+
+def tiered_attention(query:torch.Tensor, # (B, H_q, q, D)
+                     layer:CompressedLayer, qpos:torch.Tensor, # (q,) the query positions
+                     scaling:float, want_probs:bool=False) -> tuple[torch.Tensor, torch.Tensor|None]:
+    "`grouped_attention` over the layer's tokens, read from each tier in place: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)`."
+    B, Hq, q, D = query.shape
+    BH, g = layer.B * layer.H, Hq // layer.H
+    qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
+    tiers = [t for t in layer.tiers if t.n] # tier 0 first: it holds this chunk's tokens
+    scores = [tier_scores(t, qg) for t in tiers]
+    if q > 1: # only tier 0 holds tokens of this chunk; deeper tiers hold earlier ones, visible to every query
+        future = _per_head(tiers[0].pos, BH)[:, None, None, :] > qpos[:, None] # (BH, 1, q, n0)
+        scores[0] = scores[0].masked_fill(future.expand(BH, g, q, -1).flatten(1, 2), float('-inf'))
+    p = torch.cat(scores, -1).softmax(-1) # (BH, g*q, T)
+    out = sum(tier_values(t, part) for t, part in zip(tiers, p.split([t.n // BH for t in tiers], -1)))
+    probs = p.view(BH, g, q, -1).mean(1) if want_probs else None
+    return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2), probs
+
+# %% ../nbs/03_cache.ipynb #39aa1a9e
 def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dropout:float=0.0,
                       scaling:float|None=None, sliding_window:int|None=None, **kwargs):
     "The attention function registered while a `CompressedCache` is attached: it reads the cache's stored tokens."
@@ -613,11 +725,14 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
     if isinstance(layer, CompressedLayer):
         qpos = torch.arange(layer.seen - q, layer.seen, device=query.device)
         want = layer.strategy.needs_attention
-        # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
-        unmasked = q == 1 and padding is None and not layer.ragged and not want and layer.state is None
-        allowed = None if unmasked else allowed_slots(layer.slot_pos, qpos, padding)
-        if layer.state is None: out, probs = grouped_attention(query, key, value, allowed, scaling, want)
-        else: out, probs = layer.state.attend(query, key, value, layer.slot_pos, qpos, allowed, scaling, want)
+        if layer.reads_tiers(padding, q): out, probs = tiered_attention(query, layer, qpos, scaling, want)
+        else:
+            key, value = layer.assemble()
+            # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
+            unmasked = q == 1 and padding is None and not layer.ragged and not want and layer.state is None
+            allowed = None if unmasked else allowed_slots(layer.slot_pos, qpos, padding)
+            if layer.state is None: out, probs = grouped_attention(query, key, value, allowed, scaling, want)
+            else: out, probs = layer.state.attend(query, key, value, layer.slot_pos, qpos, allowed, scaling, want)
         layer.after_attention(probs, None if padding is None else padding[:, :layer.seen])
         return out, None
     # Uncompressed layers (FullKV, sliding windows) hold the last `T` tokens in order: attend exactly as sdpa does.
@@ -630,17 +745,18 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
     mask = allowed_slots(kpos, torch.arange(seen - q, seen, device=query.device), padding, sliding_window)
     return sdpa_attention_forward(module, query, key, value, mask, dropout, scaling)
 
-# %% ../nbs/03_cache.ipynb #d5210f24
+# %% ../nbs/03_cache.ipynb #cb04f9a8
 class CompressedCache(Cache):
     "A `transformers` Cache whose layers store tokens as `strategy` decides; attach it to a model to use it."
     def __init__(self, model, # a supported decoder (or its config)
-                 strategy:Strategy|None=None): # None: FullKV
+                 strategy:Strategy|None=None, # None: FullKV
+                 tiered:bool=True): # False: attention always reads a dense copy (`assemble`), never the tiers in place
         self.spec = ModelSpec.of(model)
         self.strategy = strategy or STRATEGIES['full']()
         self.strategy.check(self.spec)
         def make(i):
             if self.spec.sliding[i]: return DynamicSlidingWindowLayer(sliding_window=self.spec.sliding_window)
-            return DynamicLayer() if self.strategy.name == 'full' else CompressedLayer(self.strategy, i, self.spec)
+            return DynamicLayer() if self.strategy.name == 'full' else CompressedLayer(self.strategy, i, self.spec, tiered)
         super().__init__(layers=[make(i) for i in range(self.spec.n_layers)])
         self.attached_to = None
 
@@ -696,7 +812,7 @@ def attached(self:CompressedCache, model):
              self.strategy.adapted(model): yield self
     finally: self.attached_to = None
 
-# %% ../nbs/03_cache.ipynb #bc871e70
+# %% ../nbs/03_cache.ipynb #269987d1
 @register
 @dataclass
 class Full(Strategy):
@@ -709,6 +825,7 @@ class NaiveQuant(Strategy):
     "Every token quantised symmetrically per token (the original's INT8/INT4)."
     bits: ClassVar[int] = 8
     in_order: ClassVar[bool] = True
+    fresh_only: ClassVar[bool] = True
     def tiers(self, head_dim:int):
         return (FP16, TierSpec(self.bits, 'token', head_dim, head_dim, symmetric=True))
     def assign(self, view): return torch.ones_like(view.tier)
@@ -725,7 +842,7 @@ class Int4(NaiveQuant):
     "INT4: every token quantised symmetrically per token, one fp16 scale per (token, head) (the original's INT4)."
     name, bits = 'int4', 4
 
-# %% ../nbs/03_cache.ipynb #9c673e8e
+# %% ../nbs/03_cache.ipynb #bb8cbd09
 def rank_in_head(head:torch.Tensor, # (N,) head of each row
                  order_key:torch.Tensor) -> torch.Tensor:
     "0-based rank of each row within its head when sorted by `order_key` (ascending)."
@@ -752,6 +869,7 @@ class Kivi(Strategy):
     symmetric: bool = False # scale only, no zero-point (needs key_axis='token'): 16 bits less per group
     scale_bits: int = 16 # 8: scales as 8-bit log2 codes, 8 bits less per group for a step at most 6 % coarser
     in_order: ClassVar[bool] = True
+    fresh_only: ClassVar[bool] = True
 
     def check(self, spec):
         if self.bits not in (2, 3, 4): raise ValueError(f"kivi bits must be 2, 3 or 4, got {self.bits}")

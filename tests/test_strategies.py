@@ -4,7 +4,7 @@ through chunked forwards, greedy generate, batch 2 with padding, beam search and
 import pytest, torch
 from transformers import DynamicCache
 from kvstrat.core import tiny_model, TINY_LAYOUTS
-from kvstrat.cache import STRATEGIES, CompressedCache, make_strategy
+from kvstrat.cache import STRATEGIES, CompressedCache, CompressedLayer, make_strategy
 import kvstrat.streaming # registers every strategy: streaming, stratigraphic, importance and the cache's own
 
 MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding')
@@ -88,3 +88,19 @@ def test_full_matches_dynamic_cache_bitwise():
                            pad_token_id=0, output_logits=True, return_dict_in_generate=True)
         b = _generate(model, CompressedCache(model, STRATEGIES['full']()), ids)
         assert torch.equal(torch.stack(a.logits), torch.stack(b.logits)), layout
+
+@pytest.mark.parametrize('name,layout', CASES)
+def test_tiered_read_matches_dense(name, layout):
+    "Attention read straight from the tiers (when every head holds the same rows) gives the dense read's logits."
+    model, ids = _model(layout), torch.randint(1, 256, (1, 56))
+    def run(tiered):
+        cache = CompressedCache(model, _strategy(name, layout), tiered=tiered)
+        with cache.attached(model), torch.no_grad():
+            prefill = [model(ids[:, i:i+8], cache=cache, use_cache=True).logits for i in range(0, 40, 8)]
+            decode = [model(ids[:, i:i+1], cache=cache, use_cache=True).logits for i in range(40, 56)]
+        return torch.cat(prefill + decode, 1), cache
+    (fast, fast_cache), (dense, dense_cache) = run(True), run(False)
+    torch.testing.assert_close(fast, dense, atol=1e-4, rtol=1e-4)
+    assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
+    if name in ('int8', 'int4', 'kivi'): # in-order strategies keep every head alike: the tiers were read in place
+        assert all(l.reads_tiers(None) for l in fast_cache.layers if isinstance(l, CompressedLayer))
