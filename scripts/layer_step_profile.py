@@ -1,0 +1,26 @@
+"""µs per decode step of one SmolLM2-shaped layer at 2k tokens, split into its three parts: storing the new row
+(`CompressedLayer.write`), attention from the tiers (`tiered_attention`) and the strategy's move (`after_attention`).
+
+    python scripts/layer_step_profile.py int8 [CONTEXT]
+"""
+import sys, time
+import torch
+from kvstrat.cache import CompressedCache, make_strategy, tiered_attention
+from kvstrat.core import load_model
+
+if __name__ == '__main__':
+    torch.set_num_threads(1)
+    model = load_model('smollm2-135m')[0]
+    layer = CompressedCache(model, make_strategy(sys.argv[1])).layers[0]
+    H, Hq, D, T = 3, 9, 64, int(sys.argv[2]) if len(sys.argv) > 2 else 2048
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        layer.write(torch.randn(1, H, T, D), torch.randn(1, H, T, D)); layer.after_attention(None, None)
+        def step():
+            t0 = time.perf_counter(); layer.write(torch.randn(1, H, 1, D), torch.randn(1, H, 1, D))
+            t1 = time.perf_counter(); tiered_attention(torch.randn(1, Hq, 1, D), layer, torch.tensor([layer.seen - 1]), D ** -0.5)
+            t2 = time.perf_counter(); layer.after_attention(None, None)
+            return t1 - t0, t2 - t1, time.perf_counter() - t2
+        for _ in range(20): step()
+        us = (torch.tensor([step() for _ in range(200)]) * 1e6).median(0).values.tolist()
+    print(f'{sys.argv[1]}: write {us[0]:.0f} µs, attention {us[1]:.0f} µs, after attention {us[2]:.0f} µs (medians of 200 steps)')
