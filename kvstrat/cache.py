@@ -77,7 +77,7 @@ class Encoded:
     @property
     def nbytes(self) -> int: return sum(t.nbytes for t in self.tensors())
 
-# %% ../nbs/03_cache.ipynb #c5d553a6
+# %% ../nbs/03_cache.ipynb #481db877
 def _grouped(spec:TierSpec, is_key:bool) -> bool:
     "Do runs of consecutive rows share parameters? Per-channel keys do, and a low-rank tier's heads."
     return spec.rank is not None or (spec.bits is not None and is_key and spec.key_axis == 'channel')
@@ -113,7 +113,7 @@ def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
 def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows, sorted by head
                 heads:torch.Tensor, spec:TierSpec) -> tuple[Encoded, Encoded]:
     "Encode new keys and values; one quantisation for both when they share a per-token format (fewer small ops)."
-    if spec.bits is None or spec.rank is not None or spec.key_axis != 'token' or spec.key_group != spec.value_group:
+    if spec.bits is None or spec.key_axis != 'token' or spec.key_group != spec.value_group: # float or low-rank: cheap apart
         return encode_rows(k, heads, spec, True), encode_rows(v, heads, spec, False)
     both = encode_rows(torch.stack([k, v]), heads, spec, False) # (2, n, ...) per token: keys group like values here
     return tuple(Encoded(both.data[i], both.scale[i], None if both.zero is None else both.zero[i]) for i in range(2))
@@ -641,7 +641,7 @@ def reference_attention(query, key, value, allowed, scaling) -> torch.Tensor:
     w = (query @ k.transpose(-1, -2) * scaling).masked_fill(~m, float('-inf')).softmax(-1)
     return (w @ v).transpose(1, 2)
 
-# %% ../nbs/03_cache.ipynb #42239f42
+# %% ../nbs/03_cache.ipynb #a7aa5c20
 def _per_head(x:torch.Tensor, heads:int) -> torch.Tensor: return x.view(heads, -1, *x.shape[1:]) # (N, ...) -> (heads, n, ...)
 
 def _full_channel_groups(t:TierStore) -> bool:
@@ -660,7 +660,7 @@ def tier_scores(t:TierStore, qg:torch.Tensor, # (B*H_kv, M, D) float32 queries, 
                ) -> torch.Tensor: # (B*H_kv, M, n) each query's dot product with each of the tier's keys
     "Query-key products over one tier whose heads hold equal rows, from the codes where the scales fold."
     spec, e, BH, D = t.spec, t.k, t.n_heads, t.D
-    if spec.bits is None or spec.rank is not None or (_grouped(spec, True) and not _full_channel_groups(t)):
+    if spec.bits is None or (spec.key_axis == 'channel' and not _full_channel_groups(t)): # float, low-rank, partial groups
         return qg @ _per_head(decode_rows(e, spec, True, D, torch.float32), BH).transpose(1, 2)
     if spec.rotate: qg = qg @ _rotation(D, qg.device) # keys are stored as y = k·H: q·k = (q·H)·y
     if spec.key_axis == 'channel': # (q∘S_grp)·code + q·Z_grp, per group of key_group rows
@@ -676,7 +676,7 @@ def tier_values(t:TierStore, p:torch.Tensor, # (B*H_kv, M, n) attention over the
                ) -> torch.Tensor: # (B*H_kv, M, D) float32: the tier's share of the output
     "Attention-weighted sum of one tier's values, from the codes where the scales fold."
     spec, e, BH, D = t.spec, t.v, t.n_heads, t.D
-    if spec.bits is None or spec.rank is not None: return p @ _per_head(decode_rows(e, spec, False, D, torch.float32), BH)
+    if spec.bits is None: return p @ _per_head(decode_rows(e, spec, False, D, torch.float32), BH) # float or low-rank
     codes, scale, offset = _token_groups(e, spec, False, BH, D) # (p·s)·code_j + Σ p·z, per channel group j
     pj = p[:, None] # (BH, 1, M, n)
     out = (pj * scale) @ codes.transpose(1, 2) + (pj * offset).sum(-1, keepdim=True) # (BH, J, M, g)

@@ -1,4 +1,4 @@
-"""µs per decode step of one SmolLM2-shaped layer at 2k tokens, split into its three parts: storing the new row
+"""µs per decode step of one SmolLM2 layer's cache at 2k tokens of random keys and values, split into its three parts: storing the new row
 (`CompressedLayer.write`), attention from the tiers (`tiered_attention`) and the strategy's move (`after_attention`).
 
     python scripts/layer_step_profile.py int8 [CONTEXT]
@@ -6,13 +6,14 @@
 import sys, time
 import torch
 from kvstrat.cache import CompressedCache, make_strategy, tiered_attention
-from kvstrat.core import load_model
+from kvstrat.core import ModelSpec, load_model
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
     model = load_model('smollm2-135m')[0]
     layer = CompressedCache(model, make_strategy(sys.argv[1])).layers[0]
-    H, Hq, D, T = 3, 9, 64, int(sys.argv[2]) if len(sys.argv) > 2 else 2048
+    spec = ModelSpec.of(model)
+    H, Hq, D, T = spec.n_kv_heads, spec.n_heads, spec.head_dim, int(sys.argv[2]) if len(sys.argv) > 2 else 2048
     torch.manual_seed(0)
     with torch.inference_mode():
         layer.write(torch.randn(1, H, T, D), torch.randn(1, H, T, D)); layer.after_attention(None, None)
