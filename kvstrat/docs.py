@@ -19,7 +19,7 @@ __all__ = ['SECTIONS', 'ABLATIONS', 'EXECUTE', 'CSS', 'nbs_path', 'pages', 'side
            'attach_images', 'execute_nb', 'process_nb', 'add_show_docs', 'cell_options', 'docs_notebook', 'html_name',
            'nav_html', 'page_html', 'fix_links', 'render_page', 'build_preview', 'readme_markdown', 'build', 'main']
 
-# %% ../nbs/10_docs.ipynb #c52bd7a9
+# %% ../nbs/10_docs.ipynb #2a92b9cd
 def nbs_path() -> Path:
     "The project's notebooks folder: nbdev's `nbs_path` when run inside the project, else the one beside the package."
     try:
@@ -29,7 +29,7 @@ def nbs_path() -> Path:
     import kvstrat
     return Path(kvstrat.__file__).resolve().parent.parent/'nbs'
 
-SECTIONS = (('Loading', r'00_'), ('Architectures', r'01_'), ('Quantisation and the compressed cache', r'0[234]_'),
+SECTIONS = (('Loading', r'00_'), ('Architectures', r'01_'), ('Quantisation and the compressed cache', r'0[234]a?_'),
             ('Importance and eviction', r'05_'), ('Stratigraphic', r'06_|stratigraphic'), ('Streaming', r'0[78]_'),
             ('Benchmarks', r'09_'), ('Project', r'1\d_|diary')) # (section, regex matched at the start of a file name)
 
