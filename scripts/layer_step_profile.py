@@ -1,7 +1,9 @@
 """µs per decode step of one SmolLM2 layer's cache at 2k tokens of random keys and values, split into its three parts: storing the new row
 (`CompressedLayer.write`), attention from the tiers (`tiered_attention`) and the strategy's move (`after_attention`).
 
-    python scripts/layer_step_profile.py int8 [CONTEXT]
+    python scripts/layer_step_profile.py int8 [CONTEXT] [STEPS]
+
+KVSTRAT_KERNELS=0 measures the same steps with the torch read (no CPU kernels).
 """
 import sys, time
 import torch
@@ -14,6 +16,7 @@ if __name__ == '__main__':
     layer = CompressedCache(model, make_strategy(sys.argv[1])).layers[0]
     spec = ModelSpec.of(model)
     H, Hq, D, T = spec.n_kv_heads, spec.n_heads, spec.head_dim, int(sys.argv[2]) if len(sys.argv) > 2 else 2048
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     torch.manual_seed(0)
     with torch.inference_mode():
         layer.write(torch.randn(1, H, T, D), torch.randn(1, H, T, D)); layer.after_attention(None, None)
@@ -23,5 +26,5 @@ if __name__ == '__main__':
             t2 = time.perf_counter(); layer.after_attention(None, None)
             return t1 - t0, t2 - t1, time.perf_counter() - t2
         for _ in range(20): step()
-        us = (torch.tensor([step() for _ in range(200)]) * 1e6).median(0).values.tolist()
-    print(f'{sys.argv[1]}: write {us[0]:.0f} µs, attention {us[1]:.0f} µs, after attention {us[2]:.0f} µs (medians of 200 steps)')
+        us = (torch.tensor([step() for _ in range(steps)]) * 1e6).median(0).values.tolist()
+    print(f'{sys.argv[1]}: write {us[0]:.0f} µs, attention {us[1]:.0f} µs, after attention {us[2]:.0f} µs (medians of {steps} steps)')
