@@ -350,24 +350,29 @@ def run_passkey(self:Bench, strategy:Strategy) -> dict:
     return self.row(strategy, 'passkey', passkey_acc=sum(oks) / len(oks), passkey=acc, compression=sum(ratios) / len(ratios),
                     cache_bytes=held, fp16_bytes=fp16, seconds=time.perf_counter() - t0)
 
-# %% ../nbs/09_bench.ipynb #3876cd0d
+# %% ../nbs/09_bench.ipynb #a9f51c24
 @patch
 def run_speed(self:Bench, strategy:Strategy) -> dict:
-    "Median prefill and decode tokens/s at each length, peak memory, and decode speed relative to FullKV's."
+    "Median prefill and decode tokens/s at each length, peak memory, and decode speed relative to FullKV's (paired runs)."
     o, dev, t0 = self.opts, next(self.model.parameters()).device, time.perf_counter()
-    full, by = None if strategy.name == 'full' else self.done(STRATEGIES['full'](), 'speed'), {} # FullKV ran first
+    paired, by = strategy.name != 'full', {}
     if dev.type == 'cuda': speed_once(self.model, self.ids[:2 * SPEED_CHUNK], strategy, 2) # untimed: kernels' first calls
     with tqdm(total=len(o.speed_lengths) * o.speed_repeats, desc=f'speed {short_label(strategy)}', unit='run', leave=False) as bar:
         for L in o.speed_lengths:
-            reset_peak_memory(dev)
-            runs = []
+            runs, full_runs, peak = [], [], 0.0
             for _ in range(o.speed_repeats):
                 self.check_time()
+                if paired: # FullKV just before each run: the pair is seconds apart, not minutes of machine drift
+                    reset_peak_memory(dev)
+                    full_runs.append(speed_once(self.model, self.ids[:L], STRATEGIES['full'](), o.speed_decode)['decode_tok_s'])
+                reset_peak_memory(dev)
                 runs.append(speed_once(self.model, self.ids[:L], strategy, o.speed_decode)); bar.update()
+                peak = max(peak, peak_memory_mb(dev)) # this strategy's runs only
+            decode = [r['decode_tok_s'] for r in runs]
             fig = {k: statistics.median(r[k] for r in runs) for k in ('prefill_tok_s', 'decode_tok_s')}
-            ref = full['speed'][str(L)]['decode_tok_s'] if full else fig['decode_tok_s'] # FullKV is its own reference
-            by[str(L)] = dict(fig, speed_ratio=fig['decode_tok_s'] / ref, peak_rss_mb=peak_memory_mb(dev),
-                              cache_bytes=runs[-1]['cache_bytes'], fp16_bytes=runs[-1]['fp16_bytes'])
+            ratio = statistics.median(a / b for a, b in zip(decode, full_runs)) if paired else 1.0
+            by[str(L)] = dict(fig, speed_ratio=ratio, peak_rss_mb=peak, cache_bytes=runs[-1]['cache_bytes'],
+                              fp16_bytes=runs[-1]['fp16_bytes'], decode_tok_s_runs=decode, full_decode_tok_s_runs=full_runs or None)
             bar.set_postfix(length=L, decode_tok_s=f"{fig['decode_tok_s']:.1f}")
     last = by[str(max(o.speed_lengths))]
     return self.row(strategy, 'speed', speed=by, compression=last['fp16_bytes'] / last['cache_bytes'],
