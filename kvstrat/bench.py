@@ -350,7 +350,7 @@ def run_passkey(self:Bench, strategy:Strategy) -> dict:
     return self.row(strategy, 'passkey', passkey_acc=sum(oks) / len(oks), passkey=acc, compression=sum(ratios) / len(ratios),
                     cache_bytes=held, fp16_bytes=fp16, seconds=time.perf_counter() - t0)
 
-# %% ../nbs/09_bench.ipynb #a9f51c24
+# %% ../nbs/09_bench.ipynb #a622d849
 @patch
 def run_speed(self:Bench, strategy:Strategy) -> dict:
     "Median prefill and decode tokens/s at each length, peak memory, and decode speed relative to FullKV's (paired runs)."
@@ -359,15 +359,14 @@ def run_speed(self:Bench, strategy:Strategy) -> dict:
     if dev.type == 'cuda': speed_once(self.model, self.ids[:2 * SPEED_CHUNK], strategy, 2) # untimed: kernels' first calls
     with tqdm(total=len(o.speed_lengths) * o.speed_repeats, desc=f'speed {short_label(strategy)}', unit='run', leave=False) as bar:
         for L in o.speed_lengths:
-            runs, full_runs, peak = [], [], 0.0
-            for _ in range(o.speed_repeats):
+            runs, full_runs = [], []
+            reset_peak_memory(dev)
+            for i in range(o.speed_repeats):
                 self.check_time()
-                if paired: # FullKV just before each run: the pair is seconds apart, not minutes of machine drift
-                    reset_peak_memory(dev)
-                    full_runs.append(speed_once(self.model, self.ids[:L], STRATEGIES['full'](), o.speed_decode)['decode_tok_s'])
-                reset_peak_memory(dev)
                 runs.append(speed_once(self.model, self.ids[:L], strategy, o.speed_decode)); bar.update()
-                peak = max(peak, peak_memory_mb(dev)) # this strategy's runs only
+                if i == 0: peak = peak_memory_mb(dev) # before any FullKV run of this length: this strategy's alone
+                if paired: # FullKV just after each run: the pair is seconds apart, not minutes of machine drift
+                    full_runs.append(speed_once(self.model, self.ids[:L], STRATEGIES['full'](), o.speed_decode)['decode_tok_s'])
             decode = [r['decode_tok_s'] for r in runs]
             fig = {k: statistics.median(r[k] for r in runs) for k in ('prefill_tok_s', 'decode_tok_s')}
             ratio = statistics.median(a / b for a, b in zip(decode, full_runs)) if paired else 1.0
