@@ -324,18 +324,21 @@ def _compile(cc:str, target:Path) -> str|None:
         if built.returncode: return built.stderr.strip() or f'{cc} exited with {built.returncode}'
         os.replace(out, target)
 
-# %% ../nbs/02a_kernels.ipynb #8db23153
+# %% ../nbs/02a_kernels.ipynb #e301e496
 @functools.lru_cache(maxsize=None)
 def load_kernels() -> ctypes.CDLL|None:
     "The compiled kernels, built on first use; None where they cannot be (no compiler, no AVX2, `KVSTRAT_KERNELS=0`)."
     if os.environ.get('KVSTRAT_KERNELS', '1') == '0' or platform.machine().lower() not in ('x86_64', 'amd64'): return None
     if (cc := shutil.which(os.environ.get('CC', 'cc')) or shutil.which('gcc')) is None: return None
     key = '\0'.join([KERNEL_SOURCE, cc, *_FLAGS, _cpu_flags()])
-    target = cache_dir('kernels')/f'kvstrat_kernels_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so'
-    if not target.exists() and (error := _compile(cc, target)):
+    try:
+        target = cache_dir('kernels')/f'kvstrat_kernels_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so'
+        error = None if target.exists() else _compile(cc, target)
+        lib = None if error else ctypes.CDLL(str(target))
+    except OSError as e: error = f'{type(e).__name__}: {e}' # an unwritable cache directory, a library that will not load
+    if error:
         warnings.warn(f"kvstrat: the CPU kernels did not build, so attention reads the tiers in torch: {error[-500:]}")
         return None
-    lib = ctypes.CDLL(str(target))
     for name, (args, result) in _SIGNATURES.items(): getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
     return lib
 
