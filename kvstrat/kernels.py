@@ -342,7 +342,7 @@ def load_kernels() -> ctypes.CDLL|None:
     for name, (args, result) in _SIGNATURES.items(): getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
     return lib
 
-# %% ../nbs/02a_kernels.ipynb #d74f2df9
+# %% ../nbs/02a_kernels.ipynb #c348fdd7
 _enabled = [True]
 
 @contextmanager
@@ -357,8 +357,10 @@ def kernels_available() -> bool:
     return _enabled[0] and load_kernels() is not None
 
 def supports(x:torch.Tensor, # any tensor of the tier (its device decides)
-             bits:int|None, D:int, # the tier's bit width and head_dim
-             group:int|None=None) -> bool: # channels per token group (None: per-channel keys)
+             bits:int|None, # the tier's bit width (None: a float tier)
+             D:int, # head_dim
+             group:int|None=None, # channels per token group (None: per-channel keys)
+            ) -> bool:
     "Can the kernels read a tier of this format? 8, 4 or 2 bits on the CPU, `D` a multiple of 16, groups of whole 8s."
     return (bits in (8, 4, 2) and x.device.type == 'cpu' and D % 16 == 0 and (group is None or group % 8 == 0)
             and kernels_available())
@@ -379,12 +381,13 @@ def _rows(q:torch.Tensor, codes:torch.Tensor, bits:int) -> tuple[int, int, int, 
     _check('codes', codes, torch.uint8, (BH * n, D * bits // 8))
     return BH, M, n, D
 
-# %% ../nbs/02a_kernels.ipynb #34d4e0ba
+# %% ../nbs/02a_kernels.ipynb #57631f3a
 def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                  codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed keys, head-major
                  scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
                  offset:torch.Tensor|None, # like `scale`: zero-points; None: symmetric codes (offset -2**(bits-1)·scale)
-                 bits:int) -> torch.Tensor: # (BH, M, n) q · key for every row
+                 bits:int, # 8, 4 or 2
+                ) -> torch.Tensor: # (BH, M, n) q · key for every row
     "Query-key products from per-token-group codes."
     BH, M, n, D = _rows(q, codes, bits)
     J = scale.shape[-1]
@@ -396,11 +399,14 @@ def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                                 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
     return out
 
-# %% ../nbs/02a_kernels.ipynb #4a182897
+# %% ../nbs/02a_kernels.ipynb #dcb1aeaf
 def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                  codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed values, head-major
-                 scale:torch.Tensor, offset:torch.Tensor|None, # (BH*n, J) float32, as in `token_scores`
-                 bits:int, D:int) -> torch.Tensor: # (BH, M, D) the attention-weighted sum of the values
+                 scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
+                 offset:torch.Tensor|None, # like `scale`: zero-points; None: symmetric codes
+                 bits:int, # 8, 4 or 2
+                 D:int, # head_dim
+                ) -> torch.Tensor: # (BH, M, D) the attention-weighted sum of the values
     "Attention-weighted sum of per-token-group values, from the codes."
     BH, M, n = p.shape
     _check('p', p, torch.float32, p.shape)
@@ -414,12 +420,15 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                                 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
     return out
 
-# %% ../nbs/02a_kernels.ipynb #c62e97fe
+# %% ../nbs/02a_kernels.ipynb #e9508d6e
 def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                    codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed keys, head-major
-                   scale:torch.Tensor, zero:torch.Tensor, # (BH*n/r, D) float32 per-channel parameters of each key group
-                   bits:int, r:int) -> torch.Tensor: # r: rows per key group, which must all be whole
-    "Query-key products from KIVI's per-channel key groups: `(q ∘ S_G) · code + q · Z_G`, `(BH, M, n)`."
+                   scale:torch.Tensor, # (BH*n/r, D) float32 per-channel scales of each key group
+                   zero:torch.Tensor, # like `scale`: the zero-points
+                   bits:int, # 8, 4 or 2
+                   r:int, # rows per key group; every group must be whole
+                  ) -> torch.Tensor: # (BH, M, n) q · key for every row
+    "Query-key products from KIVI's per-channel key groups: `(q ∘ S_G) · code + q · Z_G`."
     BH, M, n, D = _rows(q, codes, bits)
     if r < 1 or n % r: raise ValueError(f"{n} rows per head do not split into whole key groups of {r}")
     for name, x in (('scale', scale), ('zero', zero)): _check(name, x, torch.float32, (BH * n // r, D))
@@ -428,10 +437,12 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                                   BH, M, n, D, bits, r)
     return out
 
-# %% ../nbs/02a_kernels.ipynb #d3fd0f1d
+# %% ../nbs/02a_kernels.ipynb #5763c030
 def quantize_rows(x:torch.Tensor, # (n, D) rows to quantise (any float dtype; read as float32)
-                  bits:int, group:int, # bits per code, channels per group (dividing D)
-                  symmetric:bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor|None]|None:
+                  bits:int, # 8, 4 or 2
+                  group:int, # channels per group (dividing D)
+                  symmetric:bool, # scale only, no zero-point
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor|None]|None:
     "`(packed, scale, zero)` exactly as `quantize` stores them (fp16 scale and zero, `zero` None if symmetric)."
     if x.ndim != 2 or bits not in (8, 4, 2) or group < 1 or x.shape[1] % group or x.shape[1] % (8 // bits):
         raise ValueError(f"need (n, D) rows, 8, 4 or 2 bits and a group dividing D, got {tuple(x.shape)}, {bits} bits, group {group}")
