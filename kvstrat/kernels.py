@@ -365,23 +365,34 @@ def supports(x:torch.Tensor, # any tensor of the tier (its device decides)
     return (bits in (8, 4, 2) and x.device.type == 'cpu' and D % 16 == 0 and (group is None or group % 8 == 0)
             and kernels_available())
 
-# %% ../nbs/02a_kernels.ipynb #ad2922e8
+# %% ../nbs/02a_kernels.ipynb #b8353fbe
 def _check(name:str, x:torch.Tensor, dtype:torch.dtype, shape:tuple):
     if x.dtype != dtype or tuple(x.shape) != tuple(shape) or not x.is_contiguous() or x.device.type != 'cpu':
         raise ValueError(f"{name} must be a contiguous CPU {dtype} tensor of shape {tuple(shape)}, "
                          f"got {x.dtype} {tuple(x.shape)} on {x.device}{'' if x.is_contiguous() else ', not contiguous'}")
 
-def _rows(q:torch.Tensor, codes:torch.Tensor, bits:int) -> tuple[int, int, int, int]:
-    "(BH, M, n, D) of queries `(BH, M, D)` against `BH*n` packed rows."
-    _check('q', q, torch.float32, q.shape)
-    if q.ndim != 3 or bits not in (8, 4, 2) or q.shape[2] % 16: raise ValueError(f"need (BH, M, D) queries with D a multiple of 16 and 8, 4 or 2 bits, got {tuple(q.shape)}, {bits} bits")
-    BH, M, D = q.shape
-    if codes.ndim != 2 or len(codes) % BH: raise ValueError(f"codes must be (BH*n, D*bits/8) rows for {BH} heads, got {tuple(codes.shape)}")
-    n = len(codes) // BH
-    _check('codes', codes, torch.uint8, (BH * n, D * bits // 8))
-    return BH, M, n, D
+def _batched(name:str, x:torch.Tensor) -> tuple[int, int, int]:
+    "`(BH, M, X)` of a float32 `(BH, M, X)` tensor (queries, or attention over rows)."
+    _check(name, x, torch.float32, x.shape)
+    if x.ndim != 3: raise ValueError(f"{name} must be (BH, M, ...), got shape {tuple(x.shape)}")
+    return x.shape
 
-# %% ../nbs/02a_kernels.ipynb #57631f3a
+def _rows(codes:torch.Tensor, BH:int, D:int, bits:int) -> int:
+    "n, the rows per head of `BH*n` packed rows `(BH*n, D*bits/8)`."
+    if bits not in (8, 4, 2) or D % 16: raise ValueError(f"the kernels read 8, 4 or 2 bits with head_dim a multiple of 16, got {bits} bits, D={D}")
+    if codes.ndim != 2 or len(codes) % BH: raise ValueError(f"codes must be (BH*n, D*bits/8) rows for {BH} heads, got {tuple(codes.shape)}")
+    _check('codes', codes, torch.uint8, (len(codes), D * bits // 8))
+    return len(codes) // BH
+
+def _group_count(scale:torch.Tensor, offset:torch.Tensor|None, rows:int, D:int) -> int:
+    "J, the channel groups of per-token parameters `(rows, J)`."
+    J = scale.shape[-1]
+    if J < 1 or D % J or (D // J) % 8: raise ValueError(f"{J} groups of head_dim {D}: each group needs a multiple of 8 channels")
+    for name, x in (('scale', scale), ('offset', offset)):
+        if x is not None: _check(name, x, torch.float32, (rows, J))
+    return J
+
+# %% ../nbs/02a_kernels.ipynb #550fa490
 def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                  codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed keys, head-major
                  scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
@@ -389,17 +400,15 @@ def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                  bits:int, # 8, 4 or 2
                 ) -> torch.Tensor: # (BH, M, n) q · key for every row
     "Query-key products from per-token-group codes."
-    BH, M, n, D = _rows(q, codes, bits)
-    J = scale.shape[-1]
-    if J < 1 or D % J or (D // J) % 8: raise ValueError(f"{J} groups of head_dim {D}: each group needs a multiple of 8 channels")
-    for name, x in (('scale', scale), ('offset', offset)):
-        if x is not None: _check(name, x, torch.float32, (BH * n, J))
+    BH, M, D = _batched('q', q)
+    n = _rows(codes, BH, D, bits)
+    J = _group_count(scale, offset, BH * n, D)
     out = torch.empty(BH, M, n)
     load_kernels().token_scores(q.data_ptr(), codes.data_ptr(), scale.data_ptr(), None if offset is None else offset.data_ptr(),
                                 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
     return out
 
-# %% ../nbs/02a_kernels.ipynb #dcb1aeaf
+# %% ../nbs/02a_kernels.ipynb #55a3b7bd
 def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                  codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed values, head-major
                  scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
@@ -408,19 +417,15 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                  D:int, # head_dim
                 ) -> torch.Tensor: # (BH, M, D) the attention-weighted sum of the values
     "Attention-weighted sum of per-token-group values, from the codes."
-    BH, M, n = p.shape
-    _check('p', p, torch.float32, p.shape)
-    _rows(p.new_empty(BH, M, D), codes, bits)
-    J = scale.shape[-1]
-    if J < 1 or D % J or (D // J) % 8: raise ValueError(f"{J} groups of head_dim {D}: each group needs a multiple of 8 channels")
-    for name, x in (('scale', scale), ('offset', offset)):
-        if x is not None: _check(name, x, torch.float32, (BH * n, J))
+    BH, M, n = _batched('p', p)
+    if _rows(codes, BH, D, bits) != n: raise ValueError(f"p covers {n} rows per head, codes hold {len(codes) // BH}")
+    J = _group_count(scale, offset, BH * n, D)
     out = torch.empty(BH, M, D)
     load_kernels().token_values(p.data_ptr(), codes.data_ptr(), scale.data_ptr(), None if offset is None else offset.data_ptr(),
                                 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
     return out
 
-# %% ../nbs/02a_kernels.ipynb #e9508d6e
+# %% ../nbs/02a_kernels.ipynb #37ed2d34
 def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                    codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed keys, head-major
                    scale:torch.Tensor, # (BH*n/r, D) float32 per-channel scales of each key group
@@ -429,7 +434,8 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                    r:int, # rows per key group; every group must be whole
                   ) -> torch.Tensor: # (BH, M, n) q · key for every row
     "Query-key products from KIVI's per-channel key groups: `(q ∘ S_G) · code + q · Z_G`."
-    BH, M, n, D = _rows(q, codes, bits)
+    BH, M, D = _batched('q', q)
+    n = _rows(codes, BH, D, bits)
     if r < 1 or n % r: raise ValueError(f"{n} rows per head do not split into whole key groups of {r}")
     for name, x in (('scale', scale), ('zero', zero)): _check(name, x, torch.float32, (BH * n // r, D))
     out = torch.empty(BH, M, n)
