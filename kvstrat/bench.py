@@ -99,7 +99,7 @@ def new_row(**values) -> dict:
     if unknown := set(values) - set(ROW_FIELDS): raise KeyError(f"not row fields: {sorted(unknown)}")
     return {k: values.get(k) for k in ROW_FIELDS}
 
-# %% ../nbs/09_bench.ipynb #688b29fc
+# %% ../nbs/09_bench.ipynb #d06ef9ee
 def _git_commit() -> str|None:
     here = Path(kvstrat.__file__).parent
     try:
@@ -116,7 +116,7 @@ def environment(device:torch.device) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'cpu (torch threads: {torch.get_num_threads()})'
     return dict(kvstrat_version=kvstrat.__version__, git_commit=_git_commit(), device=name,
                 torch_version=torch.__version__, transformers_version=transformers.__version__,
-                cpu_kernels=device.type == 'cpu' and kernels_available()) # did attention read INT tiers with the C kernels?
+                cpu_kernels=device.type == 'cpu' and kernels_available()) # were the C kernels on for the tiered read?
 
 # %% ../nbs/09_bench.ipynb #95e2d374
 def row_key(row:dict) -> str:
