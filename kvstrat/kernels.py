@@ -16,13 +16,14 @@ from .core import cache_dir
 __all__ = ['KERNEL_SOURCE', 'load_kernels', 'use_kernels', 'kernels_available', 'supports', 'token_scores', 'token_values',
            'channel_scores', 'quantize_rows']
 
-# %% ../nbs/02a_kernels.ipynb #dcd6fe81
+# %% ../nbs/02a_kernels.ipynb #4776b06d
 KERNEL_SOURCE = r"""
 /* kvstrat's CPU kernels: attention scores and weighted sums read straight from packed codes (AVX2 + FMA).
    Rows are head-major: row t of head b is row b*n + t. Every function accumulates in float32. */
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "kvstrat's CPU kernels need AVX2 and FMA"
 #endif
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,7 +261,6 @@ void token_values(const float *p, const uint8_t *codes, const float *scale, cons
     free(ws);
 }
 
-#include <math.h>
 
 static inline float half_up(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)); }
 static inline float half_down(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)); }
