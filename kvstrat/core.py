@@ -1,4 +1,4 @@
-"""Device and dtype, the embedded SmolLM2 model, named texts, evaluation windows, the model adapter, tiny test models and random models of a real shape.
+"""Device and dtype, the embedded SmolLM2 model, named texts, evaluation windows, tiny test models and random models of a real shape.
 
 Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
@@ -6,16 +6,17 @@ Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #27651762
 from __future__ import annotations
-import hashlib, importlib.util, json, os, shutil, struct, subprocess, tempfile, zlib
+import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, tempfile, zlib
 from dataclasses import dataclass
 from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from .adapter import ModelSpec
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'SUPPORTED_MODEL_TYPES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'pick_device', 'cache_dir',
-           'ModelSource', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'ModelSpec', 'load_model', 'tiny_model',
-           'shape_model', 'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
+__all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'pick_device', 'cache_dir', 'package_data',
+           'ModelSource', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'load_model', 'tiny_model', 'shape_model',
+           'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
 def pick_device(device:str|None=None, # 'cuda', 'cpu', ... or None: CUDA when present, else CPU
@@ -34,6 +35,11 @@ def cache_dir(*parts:str) -> Path:
     d = Path(root).joinpath(*parts)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+# %% ../nbs/00_core.ipynb #7aecea0e
+def package_data(*parts:str) -> Path:
+    "A path under the package's `data/` directory."
+    return Path(str(importlib.resources.files('kvstrat'))).joinpath('data', *parts)
 
 # %% ../nbs/00_core.ipynb #4ccd95a9
 @dataclass(frozen=True)
@@ -106,36 +112,6 @@ def resolve_model(name:str='smollm2-135m', # alias, hub id or local directory
     raise FileNotFoundError(f"Model {name!r} is not available: install it with {how}"
                             f"network access to download {hub!r} from the Hugging Face hub.")
 
-# %% ../nbs/00_core.ipynb #3adac683
-SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2')
-
-@dataclass(frozen=True)
-class ModelSpec:
-    "The attention geometry of a decoder, read from its config."
-    model_type: str
-    n_layers: int
-    n_heads: int # query heads
-    n_kv_heads: int
-    head_dim: int
-    sliding: tuple[bool, ...] # per layer: does it use a sliding window?
-    sliding_window: int|None = None
-
-    @classmethod
-    def of(cls, model) -> ModelSpec:
-        "Read the spec from `model` (a model or a config); raise if the architecture is not supported."
-        cfg = getattr(model, 'config', model).get_text_config(decoder=True)
-        if cfg.model_type not in SUPPORTED_MODEL_TYPES:
-            raise NotImplementedError(f"kvstrat supports decoders of type {SUPPORTED_MODEL_TYPES}; "
-                                      f"{cfg.model_type!r} is not supported (its attention is not wired to the kvstrat cache).")
-        n_heads = cfg.num_attention_heads
-        n_kv = getattr(cfg, 'num_key_value_heads', None) or n_heads
-        head_dim = getattr(cfg, 'head_dim', None) or cfg.hidden_size // n_heads
-        types = getattr(cfg, 'layer_types', None) or ['full_attention'] * cfg.num_hidden_layers
-        window = getattr(cfg, 'sliding_window', None)
-        sliding = tuple(t == 'sliding_attention' for t in types)
-        if cfg.model_type == 'mistral' and window: sliding = (True,) * cfg.num_hidden_layers
-        return cls(cfg.model_type, cfg.num_hidden_layers, n_heads, n_kv, head_dim, sliding, window if any(sliding) else None)
-
 # %% ../nbs/00_core.ipynb #7a767432
 def load_model(name:str='smollm2-135m', # alias, hub id, local directory, or `shape:NAME` (random weights, no tokenizer)
                device:str|None=None, # None: CUDA when present, else CPU
@@ -146,7 +122,7 @@ def load_model(name:str='smollm2-135m', # alias, hub id, local directory, or `sh
     path, _ = resolve_model(name)
     dev, dt = pick_device(device, dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation='sdpa').to(dev).eval()
-    ModelSpec.of(model)
+    ModelSpec.of(model) # refuse an architecture kvstrat cannot attend for
     return model, AutoTokenizer.from_pretrained(path)
 
 # %% ../nbs/00_core.ipynb #8bbeffe4

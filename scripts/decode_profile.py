@@ -4,8 +4,8 @@
 """
 import cProfile, pstats, sys, time
 import torch
-import kvstrat.importance, kvstrat.stratigraphic, kvstrat.streaming # register every strategy
-from kvstrat.cache import CompressedCache, make_strategy
+from kvstrat.cache import CompressedCache
+from kvstrat.policy import make_strategy
 from kvstrat.core import load_model, load_text, tokenize
 
 def ms_per_step(model, ids, strategy, decode=16, profile=False):

@@ -10,7 +10,7 @@ loss, or only the values rotated.
 import dataclasses, sys
 from contextlib import contextmanager
 import torch
-import kvstrat.cache as C
+import kvstrat.store as C
 from kvstrat.core import load_model, load_text, tokenize, eval_windows
 from kvstrat.protocol import decode_ppl
 

@@ -1,5 +1,5 @@
 """µs per decode step of one SmolLM2 layer's cache at 2k tokens of random keys and values, split into its three parts: storing the new row
-(`CompressedLayer.write`), attention from the tiers (`tiered_attention`) and the strategy's move (`after_attention`).
+(`LayerStore.write`), attention from the tiers (`tiered_read`) and the strategy's placement (`CompressedLayer.place`).
 
     python scripts/layer_step_profile.py int8 [CONTEXT] [STEPS]
 
@@ -7,8 +7,11 @@ KVSTRAT_KERNELS=0 measures the same steps with the torch read (no CPU kernels).
 """
 import sys, time
 import torch
-from kvstrat.cache import CompressedCache, make_strategy, tiered_attention
-from kvstrat.core import ModelSpec, load_model
+from kvstrat.adapter import ModelSpec
+from kvstrat.attention import tiered_read
+from kvstrat.cache import CompressedCache
+from kvstrat.core import load_model
+from kvstrat.policy import make_strategy
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
@@ -19,11 +22,13 @@ if __name__ == '__main__':
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     torch.manual_seed(0)
     with torch.inference_mode():
-        layer.write(torch.randn(1, H, T, D), torch.randn(1, H, T, D)); layer.after_attention(None, None)
+        k, v = torch.randn(1, H, T, D), torch.randn(1, H, T, D)
+        layer.update(k, v); layer.store.write(k, v); layer.place(None, None, None)
         def step():
-            t0 = time.perf_counter(); layer.write(torch.randn(1, H, 1, D), torch.randn(1, H, 1, D))
-            t1 = time.perf_counter(); tiered_attention(torch.randn(1, Hq, 1, D), layer, torch.tensor([layer.seen - 1]), D ** -0.5)
-            t2 = time.perf_counter(); layer.after_attention(None, None)
+            t0 = time.perf_counter(); layer.store.write(torch.randn(1, H, 1, D), torch.randn(1, H, 1, D))
+            qpos = torch.tensor([layer.store.seen - 1])
+            t1 = time.perf_counter(); tiered_read(torch.randn(1, Hq, 1, D), layer.store, qpos, D ** -0.5)
+            t2 = time.perf_counter(); layer.place(None, None, None)
             return t1 - t0, t2 - t1, time.perf_counter() - t2
         for _ in range(20): step()
         us = (torch.tensor([step() for _ in range(steps)]) * 1e6).median(0).values.tolist()

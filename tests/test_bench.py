@@ -1,6 +1,6 @@
 """`kvstrat-bench` end to end on a tiny random model: argument errors, the row schema, resuming a killed run,
-reports and plots, and the console entry points."""
-import json, os, signal, subprocess, sys, time
+reports and plots, the console entry points, the lock on a results directory, bad lines and Ctrl-C."""
+import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
 import kvstrat.bench as bench
@@ -56,20 +56,70 @@ BAD = [(['--strategies', 'nope'], "unknown strategy 'nope'"),
        (['--model', 'shape:smollm2-135m', '--protocol', 'speed'], 'has no tokenizer: use --text random'),
        (['--model', 'shape:nope', '--text', 'random', '--protocol', 'speed'], "unknown model shape 'nope'"),
        (['--time-limit', '0'], "expected a positive number of seconds, got '0'"),
+       (['--time-limit', '-5'], "expected a positive number of seconds, got '-5'"),
+       (['--max-rows', '-1'], "argument --max-rows: expected a positive integer, got '-1'"),
+       (['--max-rows', '0'], "argument --max-rows: expected a positive integer, got '0'"),
+       (['--device', 'foo'], "argument --device: not a torch device: 'foo'"),
+       (['--protocol', 'passkey', '--passkey-lengths', '120'], # the prompt alone takes about 200 byte tokens
+        'passkey length 120 is too short for the prompt itself: its preamble, needle and question take'),
        (['--text', '/nonexistent/text.txt'], "Unknown text '/nonexistent/text.txt'")]
+
+def exits(argv:list[str], capsys) -> tuple[int, str]:
+    "Exit code and stderr of `main(argv)`."
+    try: code = main(argv)
+    except SystemExit as e: code = e.code
+    return code, capsys.readouterr().err
+
+def assert_error(code:int, err:str, message:str):
+    "A clear error: exit code 2 and one line, no traceback."
+    assert code == 2 and err.count('\n') == 1, (code, err)
+    assert err.startswith('kvstrat-bench: error: ') and message in err, err
 
 @pytest.mark.parametrize('extra,message', BAD)
 def test_bad_arguments(extra, message, text, tmp_path, capsys):
-    try: code = main(tiny_args(text, tmp_path/'out', '--strategies', 'int4', *extra)) # a later --strategies wins
-    except SystemExit as e: code = e.code
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count('\n') == 1 and err.startswith('kvstrat-bench: error: ') and message in err, err
+    argv = tiny_args(text, tmp_path/'out', '--strategies', 'int4', *extra) # a later --strategies wins
+    assert_error(*exits(argv, capsys), message)
     assert not (tmp_path/'out').exists()
 
+def test_device_cuda_without_cuda(text, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    assert_error(*exits(tiny_args(text, tmp_path/'out', '--strategies', 'int4', '--device', 'cuda'), capsys),
+                 "argument --device: 'cuda': no cuda device is available here")
+
+def test_text_not_utf8(tmp_path, capsys):
+    latin = tmp_path/'latin1.txt'
+    latin.write_bytes(' '.join(f'Phrase {i}, déjà vue.' for i in range(400)).encode('latin1'))
+    assert_error(*exits(tiny_args(latin, tmp_path/'out', '--protocol', 'ppl', '--strategies', 'int4'), capsys),
+                 f'the text {latin} is not UTF-8 (byte 0xe9 at offset 11): re-encode it as UTF-8, '
+                 'e.g. `iconv -f latin1 -t utf-8')
+
+def test_passkey_text_too_short(tmp_path, capsys):
+    "Only a text shorter than the prompt's filler is blamed on the text."
+    short = tmp_path/'short.txt'
+    short.write_text(' '.join(f'Sentence {i}.' for i in range(30)))
+    assert_error(*exits(tiny_args(short, tmp_path/'out', '--strategies', 'int4', '--protocol', 'passkey', '--passkey-lengths', '600'), capsys),
+                 f'passkey length 600 needs more text: the text has {len(short.read_bytes())} tokens')
+
+def test_model_directory_without_tokenizer(text, tmp_path, capsys):
+    model = tmp_path/'model'
+    model.mkdir(); (model/'config.json').write_text('{"model_type": "llama"}')
+    assert_error(*exits(tiny_args(text, tmp_path/'out', '--strategies', 'int4', '--model', str(model)), capsys),
+                 f'model directory {model} has no tokenizer: it holds none of tokenizer.json, tokenizer.model, '
+                 'tokenizer_config.json')
+
 def test_report_without_results(tmp_path, capsys):
-    assert main(['report', str(tmp_path)]) == 2
-    assert 'no results' in capsys.readouterr().err
+    assert_error(*exits(['report', str(tmp_path)], capsys), f"no results: {tmp_path/'results.jsonl'} does not exist")
+    assert_error(*exits(['report', str(tmp_path/'gone')], capsys), f"no results: {tmp_path/'gone'} does not exist")
+    assert not (tmp_path/'gone').exists() and not (tmp_path/'.lock').exists()
+
+def test_report_without_valid_rows(tmp_path, capsys):
+    (tmp_path/'results.jsonl').write_text('not a row\n{"strategy": "kiv')
+    code, err = exits(['report', str(tmp_path)], capsys)
+    assert code == 2 and 'Traceback' not in err
+    *warnings, last = err.splitlines()
+    assert last == f"kvstrat-bench: error: no results: {tmp_path/'results.jsonl'} holds no valid rows"
+    assert [w.split(':')[2] for w in warnings] == [f' skipping line 1 of {tmp_path/"results.jsonl"}',
+                                                   f' skipping line 2 of {tmp_path/"results.jsonl"} (cut short']
 
 def test_console_script_error_has_no_traceback(text, tmp_path):
     exe = Path(sys.executable).parent/'kvstrat-bench'
@@ -89,6 +139,24 @@ def test_help_lists_every_strategy(capsys):
     assert '--passkey-lengths 1k 2k 4k' in out # the full-size options are documented
     for option in ('--time-limit', '--keep-going', 'shape:llama-3.2-1b', "'random'"): assert option in out, option
 
+def typed(v, key:str) -> str:
+    "A preset's value as typed on the command line (token counts as 1k, 2k, ...)."
+    if isinstance(v, list): return ' '.join(typed(x, key) for x in v)
+    return f'{v // 1024}k' if key.endswith('_lengths') and v % 1024 == 0 else str(v)
+
+def test_help_shows_the_presets(capsys):
+    "Every value of every size, in its option's help and in the sizes section: taken from PRESETS, they cannot drift."
+    with pytest.raises(SystemExit): main(['--help'])
+    out = capsys.readouterr().out
+    sizes = out[out.index('\nsizes '):]
+    actions = bench.build_parser()._option_string_actions
+    for size, preset in bench.PRESETS.items():
+        for key, value in preset.items():
+            option = '--' + key.replace('_', '-')
+            assert f'{size} {typed(value, key)}' in actions[option].help, (size, option, actions[option].help)
+            assert f'{option} {typed(value, key)}' in sizes, (size, option)
+    assert '1.5k' not in out
+
 def test_presets_and_long_speed_lengths():
     quick, full = bench.parse_args([]), bench.parse_args(['--size', 'full'])
     assert (quick.passkey_lengths, quick.passkey_trials, quick.threads) == ([1024, 2048], 1, None) # threads: torch's, every core
@@ -96,8 +164,9 @@ def test_presets_and_long_speed_lengths():
     assert bench.parse_args(['--speed-lengths', '4k', '16k', '32k']).speed_lengths == [4096, 16384, 32768]
 
 def test_strategy_modules_are_imported():
-    for name in bench.STRATEGY_MODULES:
-        assert (bench.importlib.util.find_spec(name) is None) == (name not in sys.modules), name
+    from kvstrat.policy import STRATEGY_MODULES
+    bench.load_strategies()
+    for name in STRATEGY_MODULES: assert name in sys.modules, name
 
 # --- the rows -----------------------------------------------------------------------------------------------------
 
@@ -120,6 +189,7 @@ def test_row_schema(run):
         assert (r['speed'] is not None) == (r['protocol'] == 'speed')
         assert r['model'] == 'tiny:gqa' and r['text'].endswith('text.txt')
         for f in ('kvstrat_version', 'device', 'torch_version', 'transformers_version'): assert isinstance(r[f], str), f
+        assert r['dtype'] == 'float32' and r['cpu_kernels'] in (True, False)
     kivi = rows[2]
     assert kivi['strategy'] == KIVI and kivi['params']['group'] == 16 and kivi['params']['residual'] == 8
     assert kivi['settings'] == {'windows': 2, 'prefill': 32, 'score': 16, 'chunk': 8}
@@ -129,7 +199,7 @@ def test_row_schema(run):
 
 def test_rows_documented_in_notebook():
     "The notebook's field table and ROW_FIELDS name the same fields, in the same order."
-    nb = json.loads((ROOT/'nbs'/'09_bench.ipynb').read_text())
+    nb = json.loads((ROOT/'nbs'/'14_bench.ipynb').read_text())
     md = next(''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'markdown' and '| field | meaning |' in ''.join(c['source']))
     documented = [l.split('|')[1].strip().strip('`') for l in md.splitlines() if l.startswith('| `')]
     assert documented == list(ROW_FIELDS)
@@ -199,3 +269,109 @@ def test_batch_does_not_change_figures(run, text, tmp_path):
     for a, b in zip(rows[:3:2], one): # full and kivi
         assert a['strategy'] == b['strategy']
         torch.testing.assert_close(torch.tensor(a['window_nll']), torch.tensor(b['window_nll']), atol=1e-4, rtol=1e-4)
+
+def rows_of(out:Path) -> list[dict]: return [json.loads(l) for l in (out/'results.jsonl').read_text().splitlines()]
+
+def copy_run(run, tmp_path, edit=None) -> Path:
+    "A copy of the finished run's directory, each row passed through `edit(row)` if given."
+    out = Path(shutil.copytree(run[0], tmp_path/'copy'))
+    if edit: (out/'results.jsonl').write_text(''.join(json.dumps(edit(r)) + '\n' for r in rows_of(out)))
+    return out
+
+RUN_ARGS = ('--protocol', *PROTOCOLS, '--strategies', 'int4', 'kivi:group=16,residual=8') # the `run` fixture's
+
+def test_resume_key_has_device_dtype_and_kernels(run, text, tmp_path):
+    "A row measured on another device, in another dtype or with the kernels set otherwise is measured again."
+    other = {'full': dict(device='NVIDIA H200'), 'int4': dict(dtype='bfloat16'), KIVI: dict(cpu_kernels=None)}
+    out = copy_run(run, tmp_path, lambda r: {**r, **other[r['strategy']]} if r['protocol'] == 'ppl' else r)
+    assert main(tiny_args(text, out, '--protocol', 'ppl', '--strategies', 'int4', 'kivi:group=16,residual=8')) == 0
+    rows = rows_of(out)
+    assert len(rows) == 9 + 3 and [r['strategy'] for r in rows[9:]] == ['full', 'int4', KIVI]
+    here = (run[1][0]['device'], 'float32', run[1][0]['cpu_kernels'])
+    assert [(r['device'], r['dtype'], r['cpu_kernels']) for r in rows[9:]] == [here] * 3
+    assert main(tiny_args(text, out, '--protocol', 'ppl', '--strategies', 'int4', 'kivi:group=16,residual=8')) == 0
+    assert len(rows_of(out)) == 12 # now they are there
+
+def test_rows_of_another_commit_are_reused_with_a_warning(run, text, tmp_path, capsys):
+    out = copy_run(run, tmp_path, lambda r: dict(r, git_commit='f' * 40 if r['protocol'] == 'ppl' else 'e' * 40))
+    before = (out/'results.jsonl').read_text()
+    capsys.readouterr()
+    assert main(tiny_args(text, out, *RUN_ARGS)) == 0
+    assert (out/'results.jsonl').read_text() == before # nothing measured again
+    warnings = [l for l in capsys.readouterr().err.splitlines() if 'warning' in l]
+    assert len(warnings) == 1 and 'reusing 9 rows measured at another commit (eeeeeeeeee, ffffffffff)' in warnings[0], warnings
+
+def test_bad_line_does_not_block_resume(run, text, tmp_path, capsys):
+    "A row damaged in the middle of the file is set aside and measured again; the others are kept."
+    out = copy_run(run, tmp_path)
+    lines = (out/'results.jsonl').read_text().splitlines()
+    bad = lines[1][:40] # the int4 ppl row, cut
+    (out/'results.jsonl').write_text('\n'.join([lines[0], bad, *lines[2:]]) + '\n')
+    assert main(tiny_args(text, out, *RUN_ARGS)) == 0
+    err = capsys.readouterr().err
+    assert f"warning: skipping line 2 of {out/'results.jsonl'}: " in err and 'Traceback' not in err, err
+    assert f"kept in {out/'results.rejected.jsonl'}" in err
+    assert (out/'results.rejected.jsonl').read_text() == bad + '\n'
+    after = (out/'results.jsonl').read_text().splitlines()
+    assert after[:-1] == [lines[0], *lines[2:]] and json.loads(after[-1])['strategy'] == 'int4' # measured again, at the end
+    assert len({(r['protocol'], r['strategy']) for r in map(json.loads, after)}) == len(after) == 9
+
+def test_report_sets_bad_lines_aside(run, tmp_path, capsys):
+    "A bad line anywhere and a partial last line: the report skips both and keeps them aside; new rows append cleanly."
+    out = copy_run(run, tmp_path)
+    lines = (out/'results.jsonl').read_text().splitlines()
+    (out/'results.jsonl').write_text('\n'.join([*lines[:3], '{"oops": 1}', *lines[3:]]) + '\n{"strategy": "kiv')
+    assert main(['report', str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"skipping line 4 of {out/'results.jsonl'}: not a row" in err
+    assert f"skipping line 11 of {out/'results.jsonl'} (cut short: no line end)" in err
+    assert (out/'results.rejected.jsonl').read_text() == '{"oops": 1}\n{"strategy": "kiv\n'
+    assert (out/'results.jsonl').read_text() == '\n'.join(lines) + '\n'
+    assert (out/'results.md').read_text().count('| int4 | ') == 1
+    bench.Results(out).append(run[1][0])
+    assert rows_of(out)[-1] == run[1][0]
+
+LOCKER = """import fcntl, os, sys, time
+f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write(f'{os.getpid()}\\n'); f.flush()
+print('locked', flush=True); time.sleep(120)"""
+
+def test_second_run_on_one_out_fails_at_once(text, tmp_path, capsys):
+    "Another process holds OUT's lock: the run stops at once, naming it; once it is gone, the run goes ahead."
+    out = tmp_path/'out'; out.mkdir()
+    locker = subprocess.Popen([sys.executable, '-c', LOCKER, str(out/'.lock')], stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout.readline() == 'locked\n'
+        t0 = time.monotonic()
+        assert_error(*exits(tiny_args(text, out, '--protocol', 'ppl', '--strategies', 'int4'), capsys),
+                     f'{out} is in use by another kvstrat-bench run (PID {locker.pid}): wait for it to end, '
+                     'or use another --out')
+        assert time.monotonic() - t0 < 5 and not (out/'results.jsonl').exists()
+        code, err = exits(['report', str(out)], capsys) # no results yet, and the lock is not needed to say so
+        assert code == 2 and 'no results' in err
+    finally: locker.kill(); locker.wait()
+    assert main(tiny_args(text, out, '--protocol', 'ppl', '--strategies', 'int4')) == 0
+    assert (out/'.lock').read_text() == '' # released at the end of the run
+    with bench.OutLock(out): assert (out/'.lock').read_text() == f'{os.getpid()}\n'
+
+def test_lock_is_released_after_an_error(text, tmp_path, capsys):
+    out = tmp_path/'out'; out.mkdir() # an existing directory is locked before anything is loaded
+    assert_error(*exits(tiny_args(text, out, '--strategies', 'int4', '--windows', '500'), capsys), 'text too short')
+    with bench.OutLock(out): pass
+
+def test_ctrl_c_writes_the_report(text, tmp_path, capsys, monkeypatch):
+    "Ctrl-C in the middle of a run: one line on how to resume, the report of the finished rows, exit code 130."
+    def interrupted(self, strategy): raise KeyboardInterrupt
+    monkeypatch.setattr(bench.Bench, 'run_passkey', interrupted)
+    out = tmp_path/'out'
+    args = tiny_args(text, out, '--protocol', 'ppl', 'passkey', '--strategies', 'int4')
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert 'Traceback' not in err
+    assert [l for l in err.splitlines() if 'interrupted' in l or 'resume' in l] == \
+        [f'kvstrat-bench: interrupted after 2 new rows (Ctrl-C); rerun the same command with the same --out ({out}) '
+         'to resume']
+    assert [(r['protocol'], r['strategy']) for r in rows_of(out)] == [('ppl', 'full'), ('ppl', 'int4')]
+    assert '| int4 | ' in (out/'results.md').read_text() and (out/'pareto.png').exists()
+    with bench.OutLock(out): pass # released
+    monkeypatch.undo()
+    assert main(args) == 0 and len(rows_of(out)) == 4 # resumed

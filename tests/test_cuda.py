@@ -2,8 +2,8 @@
 every tensor the cache builds on the model's device. Skipped without CUDA (the CPU matrix is test_strategies.py)."""
 import pytest, torch
 from kvstrat.core import tiny_model
-from kvstrat.cache import STRATEGIES, CompressedCache
-import kvstrat.streaming # registers every strategy
+from kvstrat.cache import CompressedCache
+from kvstrat.policy import STRATEGIES
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 

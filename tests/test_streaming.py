@@ -1,6 +1,6 @@
 """Streaming heads on an accelerator: flash-linear-attention's kernel against the torch path, and the cache on CUDA
 against the teacher-forced hybrid model. Skipped without CUDA and the [fla] extra; CPU paths are tested in
-nbs/07_streaming.ipynb."""
+nbs/12_streaming.ipynb."""
 import math, sys, pytest, torch
 from kvstrat.core import tiny_model
 from kvstrat.cache import CompressedCache
@@ -45,7 +45,7 @@ def _cache_vs_teacher(model, ids):
     with torch.no_grad(), cache.attached(model):
         got = [model(ids[:, :64], cache=cache, use_cache=True).logits] # the prefill's state part is chunked
         got += [model(ids[:, i:i+1], cache=cache, use_cache=True).logits for i in range(64, 96)]
-    with torch.no_grad(), hybrid_override(model, st.mask, st.params): want = model(ids).logits
+    with torch.no_grad(), hybrid_override(model, cache.derived.mask, cache.derived.params): want = model(ids).logits
     got = torch.cat(got, 1)
     return ((got - want).norm() / want.norm()).item()
 
