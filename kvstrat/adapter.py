@@ -15,13 +15,17 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
+from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as softcap_eager_forward
 
 # %% auto #0
-__all__ = ['SUPPORTED_MODEL_TYPES', 'SCOPE_PREFIX', 'LORA_TARGETS', 'ModelSpec', 'attention_scope', 'describe', 'running_model',
-           'tracking_forward', 'exact_layer', 'exact_length', 'sdpa']
+__all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'NEUTRAL_KWARGS', 'LORA_TARGETS', 'FUSED_LORA_TARGETS',
+           'ModelSpec', 'padding_mask_only', 'attention_scope', 'describe', 'running_model', 'tracking_forward',
+           'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager', 'lora_targets']
 
 # %% ../nbs/01_adapter.ipynb #3c6b1032
-SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2')
+SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2', 'gemma2', 'gemma3', 'gemma3_text',
+                         'phi3')
+EVERY_LAYER_SLIDES = ('mistral', 'phi3') # their attention passes config.sliding_window to every layer
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -33,6 +37,7 @@ class ModelSpec:
     head_dim: int
     sliding: tuple[bool, ...] # per layer: does it use a sliding window?
     sliding_window: int|None = None
+    softcap: float|None = None # attention logits are capped: tanh(s/c)·c (Gemma 2)
 
 # %% ../nbs/01_adapter.ipynb #18104faa
 @patch(cls_method=True)
@@ -42,19 +47,31 @@ def of(cls:ModelSpec, model) -> ModelSpec:
     if cfg.model_type not in SUPPORTED_MODEL_TYPES:
         raise NotImplementedError(f"kvstrat supports decoders of type {SUPPORTED_MODEL_TYPES}; {cfg.model_type!r} "
                                   "is not supported (its attention is not wired to the kvstrat cache).")
-    n_heads = cfg.num_attention_heads
+    if getattr(cfg, 'use_bidirectional_attention', False):
+        raise NotImplementedError(f"this {cfg.model_type!r} model attends bidirectionally "
+                                  "(use_bidirectional_attention): kvstrat's cache reads are causal")
+    n_heads, n = cfg.num_attention_heads, cfg.num_hidden_layers
     n_kv = getattr(cfg, 'num_key_value_heads', None) or n_heads
     head_dim = getattr(cfg, 'head_dim', None) or cfg.hidden_size // n_heads
-    types = getattr(cfg, 'layer_types', None) or ['full_attention'] * cfg.num_hidden_layers
     window = getattr(cfg, 'sliding_window', None)
+    types = getattr(cfg, 'layer_types', None) or ['sliding_attention' if window else 'full_attention'] * n
     sliding = tuple(t == 'sliding_attention' for t in types)
-    if cfg.model_type == 'mistral' and window: sliding = (True,) * cfg.num_hidden_layers
-    return cls(cfg.model_type, cfg.num_hidden_layers, n_heads, n_kv, head_dim, sliding,
-               window if any(sliding) else None)
+    if cfg.model_type in EVERY_LAYER_SLIDES: sliding = (bool(window),) * n
+    return cls(cfg.model_type, n, n_heads, n_kv, head_dim, sliding, window if any(sliding) else None,
+               getattr(cfg, 'attn_logit_softcapping', None))
 
 # %% ../nbs/01_adapter.ipynb #0e60dfe5
 SCOPE_PREFIX = 'kvstrat-'
 
+def padding_mask_only(*args, attention_mask=None, allow_is_causal_skip:bool=True, **kwargs):
+    "The mask hook: the 2-D padding mask, untouched; a mask that is more than causal and padding is refused."
+    if not allow_is_causal_skip: # transformers clears it when it adds a mask function, packing or blocks
+        raise NotImplementedError("the model asked for an attention mask beyond causal, padding and sliding window "
+                                  "(bidirectional image tokens, packed sequences or a custom mask function): kvstrat's "
+                                  "cache reads cannot apply it")
+    return attention_mask
+
+# %% ../nbs/01_adapter.ipynb #1b43ee62
 @contextmanager
 def attention_scope(model, attend, # replaces the model's attention: attend(module, query, key, value, mask, **kw)
                     name:str): # the private name it is registered under while the scope lasts
@@ -66,7 +83,7 @@ def attention_scope(model, attend, # replaces the model's attention: attend(modu
     AttentionInterface.register(name, attend)
     # The mask hook hands the 2-D padding mask through untouched: the attention function builds its own mask from
     # the positions of the tokens it reads.
-    AttentionMaskInterface.register(name, lambda *a, attention_mask=None, **kw: attention_mask)
+    AttentionMaskInterface.register(name, padding_mask_only)
     config._attn_implementation = name
     try: yield model
     finally:
@@ -81,6 +98,7 @@ def describe(model) -> str:
     name = getattr(model, 'name_or_path', '') or 'random weights'
     return f"{type(model).__name__} ({name}) at {id(model):#x}"
 
+# %% ../nbs/01_adapter.ipynb #bd316913
 def running_model() -> PreTrainedModel|None:
     "The outermost `PreTrainedModel` whose method is on the call stack (to name it in an error)."
     frame, found = sys._getframe(1), None
@@ -102,18 +120,52 @@ def tracking_forward(model):
     finally:
         for h in hooks: h.remove()
 
+# %% ../nbs/01_adapter.ipynb #a71c0e04
+NEUTRAL_KWARGS = frozenset({'position_ids', 'cache_position', 'use_cache', 'output_attentions', 'output_hidden_states',
+                            'return_dict', 'num_items_in_batch'}) # keywords that do not change what attention computes
+
+def check_attention_kwargs(module, # the attention module that called
+                           kwargs:dict): # its keywords besides dropout, scaling, sliding_window and softcap
+    "Refuse an attention call whose keywords ask for math kvstrat's reads do not do."
+    who = f"{type(module).__name__} (layer {getattr(module, 'layer_idx', '?')})"
+    if kwargs.get('is_causal', getattr(module, 'is_causal', True)) is False:
+        raise NotImplementedError(f"{who} attends bidirectionally (is_causal=False): kvstrat's cache reads are causal")
+    unknown = sorted(k for k, v in kwargs.items() if k not in NEUTRAL_KWARGS | {'is_causal'} and v is not None)
+    if unknown: raise NotImplementedError(f"{who} passed {unknown} to attention: kvstrat does not know these keywords "
+                                          "and will not ignore what may change the math")
+
 # %% ../nbs/01_adapter.ipynb #6a7dee8d
 def exact_layer(sliding_window:int|None): # the layer's window, None for a full-attention layer
     "A transformers cache layer that keeps every token as the model computed it."
     return DynamicLayer() if sliding_window is None else DynamicSlidingWindowLayer(sliding_window=sliding_window)
 
+# %% ../nbs/01_adapter.ipynb #33ff4382
 def exact_length(layer) -> int:
     "Tokens an exact layer has seen (a sliding layer holds only the last window of them)."
     return layer.cumulative_length if isinstance(layer, DynamicSlidingWindowLayer) else layer.get_seq_length()
 
+# %% ../nbs/01_adapter.ipynb #fd704391
 def sdpa(module, query, key, value, mask, dropout:float, scaling:float):
     "transformers' own sdpa attention: `(B, q, H_q, D)` and None."
     return sdpa_attention_forward(module, query, key, value, mask, dropout, scaling)
 
+# %% ../nbs/01_adapter.ipynb #897f73be
+def softcap_eager(module, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2
+                  allowed:torch.Tensor, # (B|1, 1, q, T) bool: which keys each query may attend
+                  dropout:float, scaling:float, softcap:float): # softcap: the cap c of tanh(s/c)·c
+    "transformers' eager attention with soft-capped logits, as Gemma 2 computes it: `(B, q, H_q, D)` and None."
+    bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
+    bias = bias.masked_fill(~allowed, torch.finfo(query.dtype).min) # eager's additive mask
+    return softcap_eager_forward(module, query, key, value, bias, dropout, scaling, softcap)[0], None
+
 # %% ../nbs/01_adapter.ipynb #5b8867bb
-LORA_TARGETS = ('q_proj', 'k_proj', 'v_proj', 'o_proj')
+LORA_TARGETS = ('q_proj', 'k_proj', 'v_proj', 'o_proj') # the separate projections of most decoders
+FUSED_LORA_TARGETS = {'phi3': ('qkv_proj', 'o_proj')} # model_type: the projections of a fused-qkv architecture
+
+def lora_targets(model) -> tuple[str, ...]:
+    "The attention projections of `model` a LoRA adapter trains on, by the module names peft matches."
+    targets = FUSED_LORA_TARGETS.get(ModelSpec.of(model).model_type, LORA_TARGETS)
+    names = {n.rsplit('.', 1)[-1] for n, _ in model.named_modules()}
+    if missing := [t for t in targets if t not in names]:
+        raise ValueError(f"{describe(model)} has no module named {missing}: its projections are not wired for LoRA")
+    return targets

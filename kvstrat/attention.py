@@ -14,8 +14,9 @@ from .store import EMPTY_SLOT, Encoded, LayerStore, TierSpec, TierStore, decode_
 from . import kernels
 
 # %% auto #0
-__all__ = ['TIERED_MAX_QUERIES', 'allowed_slots', 'reference_read', 'explicit_attention', 'grouped_attention', 'dense_read',
-           'tier_scores', 'tier_values', 'equal_heads', 'tiered_read']
+__all__ = ['TIERED_MAX_QUERIES', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read', 'explicit_attention',
+           'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads', 'tiered_read', 'tier_blocks',
+           'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -33,11 +34,19 @@ def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions;
     return ok | ~ok.any(-1, keepdim=True) # a query with nothing to attend (a padding token) attends everything, not NaN
 
 # %% ../nbs/05_attention.ipynb #3ad1cd65
+def soft_cap(scores:torch.Tensor, # attention logits, already scaled
+             softcap:float|None) -> torch.Tensor: # the cap c; None: no cap
+    "Gemma 2's soft-capped attention logits, `tanh(s/c)·c`; `scores` unchanged when there is no cap."
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
+
+# %% ../nbs/05_attention.ipynb #3c62fdcc
 def reference_read(query:torch.Tensor, # (B, H_q, q, D) this chunk's queries
                    store:LayerStore, qpos:torch.Tensor, # (q,) their positions
                    padding:torch.Tensor|None, # (B, S) bool, False at padding tokens
-                   scaling:float) -> torch.Tensor: # (B, q, H_q, D)
-    "softmax(q·kᵀ·s + mask)·v over every row a KV head holds, one query head at a time."
+                   scaling:float,
+                   softcap:float|None=None, # attention-logit cap (`soft_cap`); None: none
+                  ) -> torch.Tensor: # (B, q, H_q, D)
+    "softmax(cap(q·kᵀ·s) + mask)·v over every row a KV head holds, one query head at a time."
     B, Hq, q, D = query.shape
     g = Hq // store.H # query heads per KV head
     tiers = [(t, p) for t, p in zip(store.tiers, store.positions()) if t.n]
@@ -51,20 +60,21 @@ def reference_read(query:torch.Tensor, # (B, H_q, q, D) this chunk's queries
             if padding is not None: ok &= padding[b, pos[rows]][None]
             ok |= ~ok.any(-1, keepdim=True) # a padding query attends everything rather than nothing
             for j in range(h * g, (h + 1) * g): # the query heads this KV head serves
-                w = (query[b, j].float() @ k[rows].T * scaling).masked_fill(~ok, -math.inf).softmax(-1) # (q, n)
+                s = soft_cap(query[b, j].float() @ k[rows].T * scaling, softcap) # (q, n)
+                w = s.masked_fill(~ok, -math.inf).softmax(-1)
                 out[b, :, j] = w @ v[rows]
     return out
 
 # %% ../nbs/05_attention.ipynb #811cd6a6
 def explicit_attention(query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2
                        allowed:torch.Tensor, # (B|1, H_kv|1, q, T) bool
-                       scaling:float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       scaling:float, softcap:float|None=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "Softmax attention in float32: output `(B, H_kv, g, q, D)`, log-sum-exp `(B, H_kv, g, q)`, probs `(..., T)`."
     B, Hq, q, D = query.shape
     H, T = key.shape[1], key.shape[2]
     qg = query.reshape(B, H, Hq // H, q, D) # query head j*g + r serves KV head j
-    s = (qg.float() @ key.float()[:, :, None].transpose(-1, -2)) * scaling # (B, H, g, q, T)
-    s = s.masked_fill(~allowed.expand(B, H, q, T)[:, :, None], float('-inf'))
+    s = soft_cap((qg.float() @ key.float()[:, :, None].transpose(-1, -2)) * scaling, softcap) # (B, H, g, q, T)
+    if allowed is not None: s = s.masked_fill(~allowed.expand(B, H, q, T)[:, :, None], float('-inf'))
     lse = s.logsumexp(-1)
     p = (s - lse[..., None]).exp()
     return p @ value.float()[:, :, None], lse, p
@@ -73,14 +83,17 @@ def explicit_attention(query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2
 def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
                       key:torch.Tensor, value:torch.Tensor, # (B, H_kv, T, D)
                       allowed:torch.Tensor|None, # (B|1, H_kv|1, q, T) bool; None: every slot (without probs)
-                      scaling:float, want_probs:bool=False) -> tuple[torch.Tensor, torch.Tensor|None]:
+                      scaling:float, want_probs:bool=False,
+                      softcap:float|None=None, # attention-logit cap (sdpa has none: the explicit softmax applies it)
+                     ) -> tuple[torch.Tensor, torch.Tensor|None]:
     "Output `(B, q, H_q, D)` and, if asked, each KV head's attention `(B*H_kv, q, T)` averaged over its query heads."
     B, Hq, q, D = query.shape
     Hkv, T = key.shape[1], key.shape[2]
     g = Hq // Hkv
-    if want_probs:
-        out, _, probs = explicit_attention(query, key, value, allowed, scaling) # (B, H_kv, g, q, D), (..., T)
-        return out.to(value.dtype).view(B, Hq, q, D).transpose(1, 2), probs.mean(2).reshape(B * Hkv, q, T)
+    if want_probs or softcap is not None:
+        out, _, probs = explicit_attention(query, key, value, allowed, scaling, softcap) # (B, H_kv, g, q, D), (..., T)
+        probs = probs.mean(2).reshape(B * Hkv, q, T) if want_probs else None
+        return out.to(value.dtype).view(B, Hq, q, D).transpose(1, 2), probs
     qg = query.reshape(B, Hkv, g * q, D) # query head j*g + r serves KV head j, as in repeat_kv
     mask = None if allowed is None else allowed.expand(B, Hkv, q, T)[:, :, None].expand(B, Hkv, g, q, T)
     mask = None if mask is None else mask.reshape(B, Hkv, g * q, T)
@@ -91,24 +104,27 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
 def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:torch.Tensor|None, scaling:float,
                want_probs:bool=False,
                state=None, # a `HeadState` that reads some heads its own way (`HeadState.attend`)
+               softcap:float|None=None, # attention-logit cap (`soft_cap`); None: none
               ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]:
     "Attention over `store.dense()`: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)`, keys `(B, H_kv, T, D)`."
     K, V, slot_pos = store.dense()
     # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
-    unmasked = (query.shape[2] == 1 and padding is None and not want_probs and state is None
+    unmasked = (query.shape[2] == 1 and padding is None and not want_probs and state is None and softcap is None
                 and not (slot_pos == EMPTY_SLOT).any())
     allowed = None if unmasked else allowed_slots(slot_pos, qpos, padding)
-    if state is None: out, probs = grouped_attention(query, K, V, allowed, scaling, want_probs)
+    if state is None: out, probs = grouped_attention(query, K, V, allowed, scaling, want_probs, softcap)
     else: out, probs = state.attend(query, K, V, slot_pos, qpos, allowed, scaling, want_probs)
     return out, probs, K
 
 # %% ../nbs/05_attention.ipynb #6f97e104
 def _per_head(x:torch.Tensor, heads:int) -> torch.Tensor: return x.view(heads, -1, *x.shape[1:]) # (heads, n, ...)
 
+# %% ../nbs/05_attention.ipynb #1518bf31
 def _full_channel_groups(t:TierStore) -> bool:
     "Are a per-channel key tier's groups all whole (each head's rows then split into `n / key_group` equal groups)?"
     return len(t.k.group_sizes) * t.spec.key_group == t.n
 
+# %% ../nbs/05_attention.ipynb #066cc1af
 def _token_groups(e:Encoded, spec:TierSpec, is_key:bool, heads:int, D:int):
     "A per-token-group tier as codes `(heads, n, J, g)`, scale and offset `(heads, J, 1, n)`: code·scale + offset."
     g = spec.key_group if is_key else spec.value_group
@@ -129,6 +145,7 @@ def _channel_scores(t:TierStore, qg:torch.Tensor) -> torch.Tensor: # (B*H_kv, M,
     dots = (qg[:, None] * S[:, :, None]) @ codes.transpose(-1, -2) + (qg @ Z.transpose(1, 2)).transpose(1, 2)[..., None]
     return dots.transpose(1, 2).flatten(2) # (BH, G, M, r) -> (BH, M, n)
 
+# %% ../nbs/05_attention.ipynb #bf161378
 def tier_scores(t:TierStore, qg:torch.Tensor, # (B*H_kv, M, D) float32 queries, M = g*q per KV head
                ) -> torch.Tensor: # (B*H_kv, M, n) each query's dot product with each of the tier's keys
     "Query-key products over one tier whose heads hold equal rows, from the codes where the scales fold."
@@ -167,15 +184,20 @@ def equal_heads(store:LayerStore) -> bool:
     "Does every head hold the same number of rows in each tier (so each tier reads in place)?"
     return all(len(set(t.counts.tolist())) == 1 for t in store.tiers)
 
+# %% ../nbs/05_attention.ipynb #753772ed
 def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
                 store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
-                scaling:float, want_probs:bool=False) -> tuple[torch.Tensor, torch.Tensor|None]:
+                scaling:float, want_probs:bool=False,
+                softcap:float|None=None, # attention-logit cap (`soft_cap`), applied to every tier's scores
+               ) -> tuple[torch.Tensor, torch.Tensor|None]:
     "The dense read's attention, read from each tier in place: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)`."
+    if not want_probs and not kernels.kernels_available(): # torch alone: row blocks, in bounded memory
+        return blocked_read(query, store, qpos, scaling, softcap=softcap), None
     B, Hq, q, D = query.shape
     BH, g = store.B * store.H, Hq // store.H
     qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
     tiers = [t for t in store.tiers if t.n] # tier 0 first: it holds this chunk's tokens
-    scores = [tier_scores(t, qg) for t in tiers]
+    scores = [soft_cap(tier_scores(t, qg), softcap) for t in tiers]
     if q > 1: # only tier 0 holds tokens of this chunk; deeper tiers hold earlier ones, visible to every query
         future = _per_head(tiers[0].pos, BH)[:, None, None, :] > qpos[:, None] # (BH, 1, q, n0)
         scores[0] = scores[0].masked_fill(future.expand(BH, g, q, -1).flatten(1, 2), float('-inf'))
@@ -183,3 +205,50 @@ def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
     out = sum(tier_values(t, part) for t, part in zip(tiers, p.split([t.n // BH for t in tiers], -1)))
     probs = p.view(BH, g, q, -1).mean(1) if want_probs else None
     return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2), probs
+
+# %% ../nbs/05_attention.ipynb #fc11c7c8
+READ_BLOCK = 1024 # rows of every head the blocked read converts at a time: its workspace, whatever the context
+
+def tier_blocks(t:TierStore, size:int=READ_BLOCK) -> list[TierStore]:
+    "A tier whose heads hold equal rows as tiers of at most `size` rows per head (whole per-channel groups each)."
+    n, e = t.n // t.n_heads, t.k
+    if t.spec.rank is not None or (e.group_sizes is not None and not _full_channel_groups(t)): return [t]
+    step = size if e.group_sizes is None else max(size // t.spec.key_group, 1) * t.spec.key_group
+    return [_rows_of(t, r0, min(r0 + step, n)) for r0 in range(0, n, step)]
+
+# %% ../nbs/05_attention.ipynb #ca10350d
+def _rows_of(t:TierStore, r0:int, r1:int) -> TierStore:
+    "Rows `r0:r1` of every head of `t`, as a tier of their own (packed bytes copied, nothing decoded)."
+    BH, kg = t.n_heads, t.spec.key_group
+    rows = lambda x, a=r0, b=r1: None if x is None else _per_head(x, BH)[:, a:b].flatten(0, 1)
+    block = TierStore(t.spec, BH, t.D, keep_pos=t.pos is not None, keep_score=False, device=t.counts.device)
+    k, v = t.k, t.v
+    if k.group_sizes is None: block.k = Encoded(rows(k.data), rows(k.scale), rows(k.zero))
+    else: block.k = Encoded(rows(k.data), *(rows(x, r0 // kg, r1 // kg) for x in (k.scale, k.zero, k.group_sizes)))
+    block.v, block.counts = Encoded(rows(v.data), rows(v.scale), rows(v.zero)), torch.full_like(t.counts, r1 - r0)
+    if t.pos is not None: block.pos = rows(t.pos)
+    return block
+
+# %% ../nbs/05_attention.ipynb #8c074c11
+def blocked_read(query:torch.Tensor, # (B, H_q, q, D)
+                 store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
+                 scaling:float, block:int=READ_BLOCK,
+                 softcap:float|None=None, # attention-logit cap (`soft_cap`), applied to every block's scores
+                ) -> torch.Tensor: # (B, q, H_q, D)
+    "The tiered read, `block` rows per head at a time, with an online softmax across blocks and tiers."
+    B, Hq, q, D = query.shape
+    BH, g = store.B * store.H, Hq // store.H
+    qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
+    m = torch.full((BH, g * q, 1), -math.inf, device=query.device) # running maximum score
+    l, acc = torch.zeros_like(m), torch.zeros(BH, g * q, D, device=query.device) # normaliser, weighted sum
+    for i, t in enumerate(store.tiers):
+        for b in (tier_blocks(t, block) if t.n else []):
+            s = soft_cap(tier_scores(b, qg), softcap) # (BH, g*q, n_b)
+            if i == 0 and q > 1: # tier 0 holds this chunk's tokens: none attends a later one
+                future = _per_head(b.pos, BH)[:, None, None, :] > qpos[:, None] # (BH, 1, q, n_b)
+                s = s.masked_fill(future.expand(BH, g, q, -1).flatten(1, 2), -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            shift = torch.where(torch.isinf(m_new), 0., m_new) # nothing seen yet: no shift, weights stay 0
+            p, rescale = (s - shift).exp(), (m - shift).exp()
+            l, acc, m = l * rescale + p.sum(-1, keepdim=True), acc * rescale + tier_values(b, p), m_new
+    return (acc / l).to(query.dtype).view(B, Hq, q, D).transpose(1, 2)

@@ -33,12 +33,14 @@ class NaiveQuant(Strategy):
     def tiers(self, head_dim:int): return (FP16, TierSpec(self.bits, 'token', head_dim, head_dim, symmetric=True))
     def assign(self, view): return torch.ones_like(view.tier)
 
+# %% ../nbs/08_baselines.ipynb #7662d136
 @register
 @dataclass
 class Int8(NaiveQuant):
     "INT8: every token quantised symmetrically per token, one fp16 scale per (token, head) (the original's INT8)."
     name, bits = 'int8', 8
 
+# %% ../nbs/08_baselines.ipynb #88e8d935
 @register
 @dataclass
 class Int4(NaiveQuant):
@@ -82,6 +84,7 @@ def prepare(self:Kivi, spec):
     if self.rotate and D & (D - 1): raise ValueError(f"rotate needs a power-of-2 head_dim, got {D}")
     self.tiers(D) # validates key_axis, symmetric and scale_bits
 
+# %% ../nbs/08_baselines.ipynb #7474c9e6
 @patch
 def assign(self:Kivi, view): # the view holds tier 0 alone (ordered)
     old = (view.pos < view.seen - self.residual) & (view.pos >= self.sinks)

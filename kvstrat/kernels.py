@@ -31,6 +31,7 @@ def _cpu_flags() -> str:
     try: return next((l for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('flags')), '')
     except OSError: return ''
 
+# %% ../nbs/03_kernels.ipynb #92903347
 def _compile(cc:str, target:Path) -> str|None:
     "Build the library at `target`; the compiler's complaint if it fails."
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -44,18 +45,21 @@ def _compile(cc:str, target:Path) -> str|None:
 @functools.lru_cache(maxsize=None)
 def load_kernels() -> ctypes.CDLL|None:
     "The compiled kernels, built on first use; None where they cannot be (no compiler, no AVX2, `KVSTRAT_KERNELS=0`)."
-    if os.environ.get('KVSTRAT_KERNELS', '1') == '0' or platform.machine().lower() not in ('x86_64', 'amd64'): return None
+    if os.environ.get('KVSTRAT_KERNELS', '1') == '0' or platform.machine().lower() not in ('x86_64', 'amd64'):
+        return None
     if (cc := shutil.which(os.environ.get('CC', 'cc')) or shutil.which('gcc')) is None: return None
     key = '\0'.join([KERNEL_SOURCE, cc, *_FLAGS, _cpu_flags()])
     try:
         target = cache_dir('kernels')/f'kvstrat_kernels_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so'
         error = None if target.exists() else _compile(cc, target)
         lib = None if error else ctypes.CDLL(str(target))
-    except OSError as e: error = f'{type(e).__name__}: {e}' # an unwritable cache directory, a library that will not load
+    except OSError as e: # an unwritable cache directory, a library that will not load
+        error = f'{type(e).__name__}: {e}'
     if error:
         warnings.warn(f"kvstrat: the CPU kernels did not build, so attention reads the tiers in torch: {error[-500:]}")
         return None
-    for name, (args, result) in _SIGNATURES.items(): getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
+    for name, (args, result) in _SIGNATURES.items():
+        getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
     return lib
 
 # %% ../nbs/03_kernels.ipynb #c348fdd7
@@ -68,10 +72,12 @@ def use_kernels(on:bool=True):
     try: yield
     finally: _enabled[0] = before
 
+# %% ../nbs/03_kernels.ipynb #139ce973
 def kernels_available() -> bool:
     "Will the tiered read use the kernels (built, loadable and switched on)?"
     return _enabled[0] and load_kernels() is not None
 
+# %% ../nbs/03_kernels.ipynb #e906b7e6
 def supports(x:torch.Tensor, # any tensor of the tier (its device decides)
              bits:int|None, # the tier's bit width (None: a float tier)
              D:int, # head_dim
@@ -85,25 +91,32 @@ def supports(x:torch.Tensor, # any tensor of the tier (its device decides)
 def _check(name:str, x:torch.Tensor, dtype:torch.dtype, shape:tuple):
     if x.dtype != dtype or tuple(x.shape) != tuple(shape) or not x.is_contiguous() or x.device.type != 'cpu':
         raise ValueError(f"{name} must be a contiguous CPU {dtype} tensor of shape {tuple(shape)}, "
-                         f"got {x.dtype} {tuple(x.shape)} on {x.device}{'' if x.is_contiguous() else ', not contiguous'}")
+                         f"got {x.dtype} {tuple(x.shape)} on {x.device}"
+                         f"{'' if x.is_contiguous() else ', not contiguous'}")
 
+# %% ../nbs/03_kernels.ipynb #987ce1dc
 def _batched(name:str, x:torch.Tensor) -> tuple[int, int, int]:
     "`(BH, M, X)` of a float32 `(BH, M, X)` tensor (queries, or attention over rows)."
     _check(name, x, torch.float32, x.shape)
     if x.ndim != 3: raise ValueError(f"{name} must be (BH, M, ...), got shape {tuple(x.shape)}")
     return x.shape
 
+# %% ../nbs/03_kernels.ipynb #62d212d3
 def _rows(codes:torch.Tensor, BH:int, D:int, bits:int) -> int:
     "n, the rows per head of `BH*n` packed rows `(BH*n, D*bits/8)`."
-    if bits not in (8, 4, 2) or D % 16: raise ValueError(f"the kernels read 8, 4 or 2 bits with head_dim a multiple of 16, got {bits} bits, D={D}")
-    if codes.ndim != 2 or len(codes) % BH: raise ValueError(f"codes must be (BH*n, D*bits/8) rows for {BH} heads, got {tuple(codes.shape)}")
+    if bits not in (8, 4, 2) or D % 16:
+        raise ValueError(f"the kernels read 8, 4 or 2 bits with head_dim a multiple of 16, got {bits} bits, D={D}")
+    if codes.ndim != 2 or len(codes) % BH:
+        raise ValueError(f"codes must be (BH*n, D*bits/8) rows for {BH} heads, got {tuple(codes.shape)}")
     _check('codes', codes, torch.uint8, (len(codes), D * bits // 8))
     return len(codes) // BH
 
+# %% ../nbs/03_kernels.ipynb #37162cd6
 def _group_count(scale:torch.Tensor, offset:torch.Tensor|None, rows:int, D:int) -> int:
     "J, the channel groups of per-token parameters `(rows, J)`."
     J = scale.shape[-1]
-    if J < 1 or D % J or (D // J) % 8: raise ValueError(f"{J} groups of head_dim {D}: each group needs a multiple of 8 channels")
+    if J < 1 or D % J or (D // J) % 8:
+        raise ValueError(f"{J} groups of head_dim {D}: each group needs a multiple of 8 channels")
     for name, x in (('scale', scale), ('offset', offset)):
         if x is not None: _check(name, x, torch.float32, (rows, J))
     return J
@@ -112,7 +125,8 @@ def _group_count(scale:torch.Tensor, offset:torch.Tensor|None, rows:int, D:int) 
 def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                  codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed keys, head-major
                  scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
-                 offset:torch.Tensor|None, # like `scale`: zero-points; None: symmetric codes (offset -2**(bits-1)·scale)
+                 # like `scale`: zero-points; None: symmetric codes (offset -2**(bits-1)·scale)
+                 offset:torch.Tensor|None,
                  bits:int, # 8, 4 or 2
                 ) -> torch.Tensor: # (BH, M, n) q · key for every row
     "Query-key products from per-token-group codes."
@@ -120,7 +134,8 @@ def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
     n = _rows(codes, BH, D, bits)
     J = _group_count(scale, offset, BH * n, D)
     out = torch.empty(BH, M, n)
-    load_kernels().token_scores(q.data_ptr(), codes.data_ptr(), scale.data_ptr(), None if offset is None else offset.data_ptr(),
+    load_kernels().token_scores(q.data_ptr(), codes.data_ptr(), scale.data_ptr(),
+                                None if offset is None else offset.data_ptr(),
                                 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
     return out
 
@@ -137,7 +152,8 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
     if _rows(codes, BH, D, bits) != n: raise ValueError(f"p covers {n} rows per head, codes hold {len(codes) // BH}")
     J = _group_count(scale, offset, BH * n, D)
     out = torch.empty(BH, M, D)
-    load_kernels().token_values(p.data_ptr(), codes.data_ptr(), scale.data_ptr(), None if offset is None else offset.data_ptr(),
+    load_kernels().token_values(p.data_ptr(), codes.data_ptr(), scale.data_ptr(),
+                                None if offset is None else offset.data_ptr(),
                                 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
     return out
 
@@ -167,7 +183,8 @@ def quantize_rows(x:torch.Tensor, # (n, D) rows to quantise (any float dtype; re
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor|None]|None:
     "`(packed, scale, zero)` exactly as `quantize` stores them (fp16 scale and zero, `zero` None if symmetric)."
     if x.ndim != 2 or bits not in (8, 4, 2) or group < 1 or x.shape[1] % group or x.shape[1] % (8 // bits):
-        raise ValueError(f"need (n, D) rows, 8, 4 or 2 bits and a group dividing D, got {tuple(x.shape)}, {bits} bits, group {group}")
+        raise ValueError(f"need (n, D) rows, 8, 4 or 2 bits and a group dividing D, "
+                         f"got {tuple(x.shape)}, {bits} bits, group {group}")
     x = x.float().contiguous()
     (n, D), J = x.shape, x.shape[1] // group
     packed, scale = torch.empty(n, D * bits // 8, dtype=torch.uint8), torch.empty(n, J, dtype=torch.float16)

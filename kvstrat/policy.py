@@ -17,8 +17,8 @@ from .adapter import ModelSpec
 from .store import FP16, TierSpec, head_starts
 
 # %% auto #0
-__all__ = ['STRATEGY_MODULES', 'STRATEGIES', 'Needs', 'LayerView', 'rank_in_head', 'HeadState', 'Strategy', 'Registry',
-           'register', 'make_strategy']
+__all__ = ['STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 'Needs', 'LayerView', 'rank_in_head', 'HeadState', 'Strategy',
+           'Registry', 'register', 'make_strategy']
 
 # %% ../nbs/06_policy.ipynb #345b264d
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ def label(self:Strategy) -> str:
     args = ','.join(f'{f.name}={getattr(self, f.name)}' for f in fields(self))
     return f'{self.name}:{args}' if args else self.name
 
+# %% ../nbs/06_policy.ipynb #b9182e0c
 @patch(cls_method=True)
 def example(cls:Strategy) -> Strategy:
     "An instance that already compresses within the few dozen tokens of the tiny test models."
@@ -115,18 +116,23 @@ STRATEGY_MODULES = ('kvstrat.baselines', 'kvstrat.importance', 'kvstrat.stratigr
 class Registry(Mapping):
     "Strategy classes by name; the first look-up imports every strategy module."
     def __init__(self, modules:tuple[str, ...]): self.modules, self.classes, self.loaded = modules, {}, False
-    def add(self, cls:type): self.classes[cls.name] = cls
+    def add(self, cls:type):
+        "Register `cls`; one defined outside kvstrat (a notebook, a test) replaces a library strategy of its name."
+        if not cls.__module__.startswith('kvstrat.'): self._all() # load the library's first, so this one wins
+        self.classes[cls.name] = cls
     def _all(self) -> dict[str, type]:
         if not self.loaded:
             self.loaded = True # first: a module that looks a strategy up while it loads finds the others loading
             for m in self.modules: importlib.import_module(m)
-        return self.classes
+        rank = {m: i for i, m in enumerate(self.modules)} # in module order, whichever was imported first
+        return dict(sorted(self.classes.items(), key=lambda kv: rank.get(kv[1].__module__, len(rank))))
     def __getitem__(self, name:str) -> type: return self._all()[name]
     def __iter__(self): return iter(self._all())
     def __len__(self) -> int: return len(self._all())
 
 STRATEGIES = Registry(STRATEGY_MODULES)
 
+# %% ../nbs/06_policy.ipynb #a7eb7cef
 def register(cls):
     "Class decorator: make a strategy available by `cls.name`."
     STRATEGIES.add(cls)
@@ -145,12 +151,25 @@ def _parse_value(val:str, typ, where:str):
         return val
     except (ValueError, KeyError): raise ValueError(f"{where}: cannot read {val!r} as {typ}") from None
 
+# %% ../nbs/06_policy.ipynb #c35d8b0d
+STRATEGY_PRESETS = { # preset name -> the strategy it stands for, as `make_strategy` reads it
+    'kivi-4': 'kivi', # KIVI's defaults: 4 bits, key groups of 32 tokens, 12 recent tokens and 4 sinks in fp16
+    'kivi-2': 'kivi:bits=2',
+    'kivi-3': 'kivi:bits=3,scale_bits=8',
+    'kivi-4-best': 'kivi:group=16,residual=10,key_axis=token,rotate=True,symmetric=True,scale_bits=8',
+    'kivi-4-token': 'kivi:group=64,key_axis=token,rotate=True,symmetric=True', # keys grouped along head_dim
+    # the defaults of the first benchmark runs: groups of 64 tokens (keys) and 64 channels (values), no sinks
+    'kivi-4-g64': 'kivi:group=64,value_group=64,residual=16,sinks=0',
+    'kivi-2-g64': 'kivi:bits=2,group=64,value_group=64,residual=16,sinks=0',
+}
+
 # %% ../nbs/06_policy.ipynb #9ae99b3a
 def make_strategy(text:str|Strategy) -> Strategy:
-    "Parse `name[:key=value,...]` into a registered strategy, with a clear error for bad input."
+    "Parse `name[:key=value,...]` or a preset's name into a registered strategy, with a clear error for bad input."
     if isinstance(text, Strategy): return text
-    name, _, args = text.partition(':')
-    if name not in STRATEGIES: raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}")
+    name, _, args = STRATEGY_PRESETS.get(text, text).partition(':')
+    if name not in STRATEGIES: raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}; "
+                                                f"presets: {', '.join(STRATEGY_PRESETS)}")
     cls, kw = STRATEGIES[name], {}
     types = {f.name: f.type for f in fields(cls)}
     for item in filter(None, args.split(',')):

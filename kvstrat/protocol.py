@@ -47,6 +47,7 @@ def decode_nll(model, windows:torch.Tensor, # (W, L) token ids
                 compression=sum(ratios) / len(ratios), cache_bytes=cache.nbytes(), fp16_bytes=cache.fp16_nbytes(),
                 tokens_scored=nll.numel(), seconds=time.perf_counter() - t0)
 
+# %% ../nbs/09_protocol.ipynb #2c18c2be
 def _token_nll(logits, targets): # (W, n, V), (W, n) -> (W, n)
     return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction='none')
 

@@ -25,8 +25,10 @@ def _word(bits:int) -> tuple[int, int]:
     word_bits = math.lcm(bits, 8)
     return word_bits // bits, word_bits // 8
 
+# %% ../nbs/02_quant.ipynb #ac207196
 def _shifts(n:int, step:int, device) -> torch.Tensor: return step * torch.arange(n, dtype=torch.int32, device=device)
 
+# %% ../nbs/02_quant.ipynb #8a298498
 def _pack_words(codes:torch.Tensor, # (..., n) uint8, each value < 2**bits
               bits:int, # 8, 4, 3 or 2
              ) -> torch.Tensor: # (..., ceil(n*bits/8)) uint8
@@ -71,6 +73,7 @@ def pack_bits(codes:torch.Tensor, # (..., n) uint8, each value < 2**bits
     for i in range(1, per): out |= c[..., i] << (i * bits)
     return out
 
+# %% ../nbs/02_quant.ipynb #f57391b8
 def unpack_bits(packed:torch.Tensor, # (..., ceil(n*bits/8)) uint8 from `pack_bits`
                 bits:int, # 8, 4, 3 or 2
                 n:int, # codes per row
@@ -104,7 +107,8 @@ MIN_SCALE = 2.0**-24 # the smallest positive fp16: a constant group still gets a
 def _check(x:torch.Tensor, bits:int, group:int, axis:str):
     _word(bits)
     if axis not in AXES: raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
-    if x.ndim < 2 or x.numel() == 0: raise ValueError(f"x must be a non-empty (..., T, D) tensor, got shape {tuple(x.shape)}")
+    if x.ndim < 2 or x.numel() == 0:
+        raise ValueError(f"x must be a non-empty (..., T, D) tensor, got shape {tuple(x.shape)}")
     if group < 1: raise ValueError(f"group must be >= 1, got {group}")
     if axis == 'token' and x.shape[-1] % group:
         raise ValueError(f"group {group} does not divide the head dim D={x.shape[-1]} (per-token groups lie along D)")
@@ -119,10 +123,12 @@ def _grouped(x:torch.Tensor, # (..., T, D)
     if pad: x = torch.cat([x, x[..., -1:, :].expand(*x.shape[:-2], pad, x.shape[-1])], -2)
     return x.unflatten(-2, (-1, group)), -2 # (..., ceil(T/group), group, D)
 
+# %% ../nbs/02_quant.ipynb #4043e335
 def _ungrouped(xg:torch.Tensor, axis:str, T:int) -> torch.Tensor:
     "Inverse of `_grouped`: (..., T, D)."
     return xg.flatten(-2) if axis == 'token' else xg.flatten(-3, -2)[..., :T, :]
 
+# %% ../nbs/02_quant.ipynb #0128f687
 def _scale_zero(lo:torch.Tensor, hi:torch.Tensor, bits:int, scale_bits:int=16) -> tuple[torch.Tensor, torch.Tensor]:
     "Stored `(scale, zero)` per group such that `zero + [0, 2**bits - 1] * scale` covers `[lo, hi]`; zero in fp16."
     zero = _fp16_toward(lo, up=False)
@@ -137,21 +143,25 @@ def log_scale_decode(code:torch.Tensor) -> torch.Tensor: # float32, shaped like 
     "The scale an 8-bit code stands for: `2**(code/12 - 14)`."
     return torch.exp2(code.float() / LOG_SCALE_STEPS + LOG_SCALE_MIN)
 
+# %% ../nbs/02_quant.ipynb #c47d46dc
 def log_scale_encode(s:torch.Tensor, # float32 scales
                     ) -> torch.Tensor: # uint8 codes whose decoded scales are >= s
     "The smallest 8-bit code whose scale is at least `s`; a scale beyond the range is an error."
     code = ((s.clamp_min(MIN_SCALE).log2() - LOG_SCALE_MIN) * LOG_SCALE_STEPS).ceil_().clamp_min_(0)
     code += log_scale_decode(code) < s # log2 and exp2 round: a code can land one step low
     if code.max() > 255:
-        raise ValueError(f"a scale of {s.max().item():.4g} exceeds the 8-bit scale range (at most {log_scale_decode(torch.tensor(255)).item():.4g}): use scale_bits=16")
+        raise ValueError(f"a scale of {s.max().item():.4g} exceeds the 8-bit scale range "
+                         f"(at most {log_scale_decode(torch.tensor(255)).item():.4g}): use scale_bits=16")
     return code.to(torch.uint8)
 
+# %% ../nbs/02_quant.ipynb #51835d2e
 def stored_scale(s:torch.Tensor, # float32 scales, one per group
                  scale_bits:int=16) -> torch.Tensor:
     "Scales as stored, rounded up (at least `MIN_SCALE`): fp16 for `scale_bits=16`, 8-bit log codes for 8."
     if scale_bits not in SCALE_BITS: raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {scale_bits}")
     return _fp16_toward(s.clamp_min(MIN_SCALE), up=True) if scale_bits == 16 else log_scale_encode(s)
 
+# %% ../nbs/02_quant.ipynb #3080c858
 def scale_values(scale:torch.Tensor) -> torch.Tensor:
     "Stored scales (or zero-points) as float32: fp16 as is, uint8 as 8-bit log codes."
     return log_scale_decode(scale) if scale.dtype == torch.uint8 else scale.float()
@@ -161,7 +171,8 @@ def scale_values(scale:torch.Tensor) -> torch.Tensor:
 class QTensor:
     "A packed group-wise quantised tensor: each element is `code * scale + zero` of its group."
     packed: torch.Tensor # (..., T, ceil(D*bits/8)) uint8 codes, packed along D
-    scale: torch.Tensor # per group, fp16 or 8-bit log codes: (..., T, D/group) for 'token', (..., ceil(T/group), D) for 'channel'
+    # per group, fp16 or 8-bit log codes: (..., T, D/group) for 'token', (..., ceil(T/group), D) for 'channel'
+    scale: torch.Tensor
     zero: torch.Tensor|None # fp16 per group, shaped like `scale`: the group minimum rounded down; None if symmetric
     bits: int
     group: int
@@ -179,7 +190,8 @@ class QTensor:
 
     def dequantize(self) -> torch.Tensor:
         "The approximation of the original tensor, in its shape and dtype."
-        if self.zero is None: return ((self.codes().float() - 2**(self.bits-1)) * self.per_element(self.scale)).to(self.dtype)
+        if self.zero is None:
+            return ((self.codes().float() - 2**(self.bits-1)) * self.per_element(self.scale)).to(self.dtype)
         return (self.codes() * self.per_element(self.scale) + self.per_element(self.zero)).to(self.dtype)
 
     @property
@@ -202,7 +214,8 @@ def quantize(x:torch.Tensor, # (..., T, D) keys or values, any float dtype
     lo, hi = torch.aminmax(xg, dim=dim, keepdim=True) # propagates NaN
     low, high = float(lo.min()), float(hi.max()) # checked per group, not per element: cheap
     if not (math.isfinite(low) and math.isfinite(high)): raise ValueError("x contains NaN/Inf")
-    if max(-low, high) > torch.finfo(torch.half).max: raise ValueError("x exceeds the fp16 range (±65504) of the zero-points")
+    if max(-low, high) > torch.finfo(torch.half).max:
+        raise ValueError("x exceeds the fp16 range (±65504) of the zero-points")
     if symmetric:
         half = 2**(bits-1)
         scale, zero = stored_scale(torch.maximum(-lo, hi) / (half - 1), scale_bits), None
@@ -214,6 +227,7 @@ def quantize(x:torch.Tensor, # (..., T, D) keys or values, any float dtype
     return QTensor(packed, scale.squeeze(dim), None if zero is None else zero.squeeze(dim), bits, group, axis,
                    tuple(x.shape), x.dtype)
 
+# %% ../nbs/02_quant.ipynb #e4987345
 def fake_quantize(x:torch.Tensor, bits:int, group:int, axis:str='token') -> torch.Tensor:
     "`quantize(...).dequantize()`: the error a quantised cache adds, in `x`'s shape and dtype."
     return quantize(x, bits, group, axis).dequantize()
@@ -249,6 +263,7 @@ def hadamard(n:int, # size, a power of 2
     while len(h) < n: h = torch.kron(torch.tensor([[1., 1.], [1., -1.]], dtype=torch.float64), h)
     return (h / math.sqrt(n)).to(dtype)
 
+# %% ../nbs/02_quant.ipynb #afeb8317
 def random_hadamard(n:int, # size, a power of 2
                     seed:int=0, dtype:torch.dtype=torch.float32) -> torch.Tensor: # (n, n)
     "`diag(s) @ hadamard(n)` with random signs `s` from `seed`: still orthonormal."

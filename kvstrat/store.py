@@ -50,6 +50,7 @@ def head_starts(counts:torch.Tensor) -> torch.Tensor: # (n_heads,) rows each hea
     "(n_heads,) index of each head's first row in the head-major layout."
     return torch.cumsum(counts, 0) - counts
 
+# %% ../nbs/04_store.ipynb #2e20a8f8
 def index_in_head(heads:torch.Tensor, # (N,) head of each row, sorted (head-major)
                   counts:torch.Tensor) -> torch.Tensor: # (n_heads,) rows each head holds
     "(N,) 0-based index of each row within its head's block."
@@ -81,10 +82,12 @@ def _grouped(spec:TierSpec, is_key:bool) -> bool:
     "Do runs of consecutive rows share parameters? Per-channel keys do, and a low-rank tier's heads."
     return spec.rank is not None or (spec.bits is not None and is_key and spec.key_axis == 'channel')
 
+# %% ../nbs/04_store.ipynb #e3a359a9
 def group_heads(e:Encoded, heads:torch.Tensor) -> torch.Tensor: # (N,) head of each row
     "(G,) head of each row group (per-channel or low-rank): the head of its last row."
     return heads[torch.cumsum(e.group_sizes.long(), 0) - 1]
 
+# %% ../nbs/04_store.ipynb #b602b8d1
 @functools.lru_cache(maxsize=8)
 def rotation(D:int, device) -> torch.Tensor: return hadamard(D).to(device) # (D, D), built once per size
 
@@ -93,6 +96,7 @@ def _fused_quantize(x:torch.Tensor, spec:TierSpec, group:int) -> bool:
     "Do the CPU kernels quantise these rows (per-token groups, fp16 scales)?"
     return x.ndim == 2 and spec.scale_bits == 16 and kernels.supports(x, spec.bits, x.shape[-1], group)
 
+# %% ../nbs/04_store.ipynb #50130f89
 def _encode_channel_groups(x:torch.Tensor, heads:torch.Tensor, spec:TierSpec) -> Encoded:
     "Per-channel key groups: runs of `key_group` rows of one head share a scale and zero-point per channel."
     gid = _run_groups(heads, spec.key_group)
@@ -120,6 +124,7 @@ def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
     q = quantize(x, spec.bits, group, 'token', spec.symmetric, spec.scale_bits)
     return Encoded(q.packed, q.scale, q.zero)
 
+# %% ../nbs/04_store.ipynb #74bcc413
 def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows, sorted by head
                 heads:torch.Tensor, spec:TierSpec) -> tuple[Encoded, Encoded]:
     "Encode new keys and values; one torch quantisation for both when they share a per-token format (fewer ops)."
@@ -143,6 +148,7 @@ def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: #
     else: grouped.mul_(scale).add_(e.zero.float()[..., None])
     return codes
 
+# %% ../nbs/04_store.ipynb #11790777
 def decode_rows(e:Encoded, spec:TierSpec, is_key:bool, D:int, dtype:torch.dtype) -> torch.Tensor:
     "The stored rows `(N, D)` back in `dtype`."
     if spec.rank is not None: return lowrank_decode(e, D).to(dtype)
@@ -172,6 +178,7 @@ def interleave(a:torch.Tensor, a_counts:list, # (Na, ...) head-major rows, and e
         return torch.cat([per_head(a, a_counts[0]), per_head(b, b_counts[0])], 1).flatten(0, 1)
     return torch.cat([x for pair in zip(a.split(a_counts), b.split(b_counts)) for x in pair])
 
+# %% ../nbs/04_store.ipynb #5fabfb81
 def merge_rows(a:Encoded, b:Encoded, a_rows:list, b_rows:list, # rows per head of each
                a_groups:list|None=None, b_groups:list|None=None) -> Encoded: # channel groups per head of each
     "Each head's rows of `a` followed by its rows of `b` (and its channel groups likewise)."
@@ -189,6 +196,7 @@ def fit_basis(x:torch.Tensor, # (n, D) the first rows of one head to reach the t
     xc = F.pad(x.float() - mean, (0, 0, 0, max(0, rank - len(x)))) # zero rows add no direction, but give `rank` vectors
     return mean.half(), torch.linalg.svd(xc, full_matrices=False).Vh[:rank].T.half()
 
+# %% ../nbs/04_store.ipynb #5241bb01
 def lowrank_add(e:Encoded|None, # the tier's rows so far (None: none yet)
                 old:torch.Tensor, # (N,) head of each stored row
                 x:torch.Tensor, heads:torch.Tensor, # (n, D) new rows, (n,) their heads, sorted
@@ -207,6 +215,7 @@ def lowrank_add(e:Encoded|None, # the tier's rows so far (None: none yet)
     sizes = torch.bincount(torch.cat([old, heads]))[hs].to(torch.int32)
     return Encoded(data[order], torch.stack([bases[h][1] for h in hs]), torch.stack([bases[h][0] for h in hs]), sizes)
 
+# %% ../nbs/04_store.ipynb #4d35e6e8
 def lowrank_decode(e:Encoded, D:int) -> torch.Tensor:
     "Rows `(N, D)` in float32: each head's `mean + coeffs @ basisᵀ`."
     coeffs = e.data.split(e.group_sizes.tolist()) # (n_h, rank) per head
@@ -240,12 +249,14 @@ def read(self:TierStore, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     "Dequantised `(k, v)`, each `(N, D)`."
     return (decode_rows(self.k, self.spec, True, self.D, dtype), decode_rows(self.v, self.spec, False, self.D, dtype))
 
+# %% ../nbs/04_store.ipynb #c8da32a1
 @patch
 def tensors(self:TierStore) -> list[torch.Tensor]:
     "Every persistent tensor of the tier."
     if self.n == 0: return []
     return self.k.tensors() + self.v.tensors() + [t for t in (self.counts, self.pos, self.score) if t is not None]
 
+# %% ../nbs/04_store.ipynb #d05ca04f
 @patch
 def nbytes(self:TierStore) -> int: return sum(t.nbytes for t in self.tensors())
 
@@ -254,6 +265,7 @@ def _rows_per_head(e:Encoded, heads:torch.Tensor, n_heads:int) -> list[int]:
     "Channel groups (or rows) each head holds, for `merge_rows`."
     return torch.bincount(group_heads(e, heads), minlength=n_heads).tolist()
 
+# %% ../nbs/04_store.ipynb #8d2930a8
 @patch
 @torch.no_grad()
 def add(self:TierStore, heads, pos, score, k, v):
@@ -288,6 +300,7 @@ def select(self:TierStore, keep:torch.Tensor):
     if self.pos is not None: self.pos = self.pos[keep]
     if self.score is not None: self.score = self.score[keep]
 
+# %% ../nbs/04_store.ipynb #8efef2a1
 @patch
 def clear(self:TierStore):
     "Release every row (cheaper than `select` with nothing kept)."
@@ -304,6 +317,7 @@ def _blocks(sizes:torch.Tensor, # (B, k) sizes of consecutive items, batch-major
     return torch.cat([torch.arange(start[b], start[b] + per_batch[b], device=sizes.device)
                       for b in batch_idx.tolist()]).long()
 
+# %% ../nbs/04_store.ipynb #91e46a95
 def _take(e:Encoded, rows:torch.Tensor, groups:torch.Tensor|None) -> Encoded:
     "The given rows of `e`, and (grouped tiers) the given groups."
     if groups is None: return Encoded(e.data[rows], *(None if x is None else x[rows] for x in (e.scale, e.zero)))
@@ -354,11 +368,13 @@ def write(self:LayerStore, key_states, value_states): # (B, H_kv, q, D) each
     self.tiers[0].add(heads, pos, score, key_states.reshape(-1, D), value_states.reshape(-1, D))
     self.seen += q
 
+# %% ../nbs/04_store.ipynb #cf5a163b
 @patch
 def kept(self:LayerStore) -> torch.Tensor:
     "(B, H_kv) tokens each head holds, over all tiers."
     return sum(t.counts for t in self.tiers).view(self.B, self.H)
 
+# %% ../nbs/04_store.ipynb #f7cdc2e6
 @patch
 def nbytes(self:LayerStore) -> int: return sum(t.nbytes() for t in self.tiers) + self.padding_evicted.nbytes
 
@@ -399,6 +415,7 @@ def dense(self:LayerStore) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     K, V = (x.view(self.B, self.H, T, self.D) for x in dense[:2])
     return K, V, dense[2].view(self.B, self.H, T)
 
+# %% ../nbs/04_store.ipynb #5334d546
 @patch
 def slot_index(self:LayerStore) -> list[tuple[torch.Tensor, torch.Tensor]]:
     "Each non-empty tier's `(heads, slots)`: where `dense` put its rows in the `(B*H_kv, T)` layout."
@@ -407,13 +424,15 @@ def slot_index(self:LayerStore) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(t.heads(), offset[i][t.heads()] + index_in_head(t.heads(), counts[i]))
             for i, t in enumerate(self.tiers) if t.n]
 
-# %% ../nbs/04_store.ipynb #bfeb36f2
-def _split_by_dest(dest:torch.Tensor, rows:tuple, n_tiers:int) -> dict[int, tuple]:
+# %% ../nbs/04_store.ipynb #375a50b8
+def _split_by_dest(dest:torch.Tensor, # (n,) tier each row goes to
+                   dests:list[int], # its distinct values
+                   rows:tuple, n_tiers:int) -> dict[int, tuple]:
     "The rows bound for each kept tier (evicted rows, dest == n_tiers, are dropped)."
-    dests = dest.unique().tolist()
     if len(dests) == 1: return {} if dests[0] == n_tiers else {dests[0]: rows}
     return {j: tuple(x[dest == j] for x in rows) for j in dests if j != n_tiers}
 
+# %% ../nbs/04_store.ipynb #0c87c01a
 @patch
 def movable(self:LayerStore) -> list[TierStore]:
     "The tiers whose rows may move: tier 0 alone in an ordered store."
@@ -438,6 +457,7 @@ def leave(self:LayerStore, i:int, leaving:torch.Tensor) -> tuple: # (N_i,) bool 
 @torch.no_grad()
 def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movable tiers goes to; n_tiers: evicted
          fold:torch.Tensor|None=None, # (N,) bool: evicted rows to hand back instead of dropping
+         may_evict:bool=True, # False: a row bound for eviction is an error (an ordered store's rows only sink)
         ) -> list[tuple]: # `(heads, pos, k, v)` of the folded rows, per tier they left
     "Move the movable tiers' rows (tier 0 first) to their target tiers."
     tiers, n_tiers = self.movable(), len(self.tiers)
@@ -447,9 +467,13 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
     for i, (rows, folding) in enumerate(zip(target.split(sizes), folds)):
         leaving = rows != i
         if not leaving.any(): continue
+        dest = rows[leaving]
+        dests = dest.unique().tolist()
+        if not may_evict and n_tiers in dests:
+            raise ValueError("an ordered store's rows move to deeper tiers, they cannot be evicted")
         heads, pos, score, k, v = self.leave(i, leaving)
         if folding is not None and (f := folding[leaving]).any(): folded.append((heads[f], pos[f], k[f], v[f]))
-        for j, part in _split_by_dest(rows[leaving], (heads, pos, score, k, v), n_tiers).items():
+        for j, part in _split_by_dest(dest, dests, (heads, pos, score, k, v), n_tiers).items():
             arrivals[j].append(part)
     for j, parts in enumerate(arrivals):
         if len(parts) == 1: self.tiers[j].add(*parts[0]) # rows of one tier, still head-major
@@ -467,6 +491,7 @@ def gather_batches(self:LayerStore, batch_idx:torch.Tensor):
     self.padding_evicted = self.padding_evicted[batch_idx]
     self.B = len(batch_idx)
 
+# %% ../nbs/04_store.ipynb #f1bd0186
 @patch
 def crop(self:LayerStore, length:int):
     "Forget every token at position `length` or later."

@@ -50,7 +50,8 @@ def row_bytes(spec:TierSpec, head_dim:int, keep_pos:bool=True, keep_score:bool=T
 
 # %% ../nbs/11_stratigraphic.ipynb #8231b85e
 def basis_bytes(spec:TierSpec, head_dim:int) -> float:
-    "Bytes a head holds in a tier besides its rows: a low-rank tier's fp16 basis and mean and int32 group size, ×2 (K, V)."
+    ("Bytes a head holds in a tier besides its rows: a low-rank tier's fp16 basis and mean and int32 group size, "
+     "×2 (K, V).")
     return 0. if spec.rank is None else 2 * ((head_dim * spec.rank + head_dim) * 2 + 4)
 
 # %% ../nbs/11_stratigraphic.ipynb #7ad9a523
@@ -80,7 +81,8 @@ class HeadProfile:
     @classmethod
     def load(cls, path, spec:ModelSpec|None=None) -> HeadProfile:
         d = json.loads(Path(path).read_text())
-        p = cls(torch.tensor(d['weights'], dtype=torch.float32), None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', ''))
+        p = cls(torch.tensor(d['weights'], dtype=torch.float32),
+                None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', ''))
         if spec is not None and tuple(p.weights.shape) != (spec.n_layers, spec.n_kv_heads):
             raise ValueError(f"profile {path} is for {tuple(p.weights.shape)} (layers, KV heads), "
                              f"but the model has ({spec.n_layers}, {spec.n_kv_heads})")
@@ -108,6 +110,7 @@ class _EntropyProbe(Strategy):
         sums[i] = sums.get(i, 0) + ent.sum(1).view(view.batch, -1).sum(0)
         counts[i] = counts.get(i, 0) + view.batch * probs.shape[1]
 
+# %% ../nbs/11_stratigraphic.ipynb #d6fecec9
 @torch.no_grad()
 def calibrate_profile(model, windows:torch.Tensor, # (W, L) calibration tokens, disjoint from evaluation text
                       power:float=1.0, source:str='') -> HeadProfile:
@@ -138,7 +141,8 @@ ANCHOR = 1e6 # added to a row's score to pin it: attention sums stay far below i
 @register
 @dataclass
 class Stratigraphic(Strategy):
-    "Per-head one-way zones FP16 → INT8 → INT4 (→ INT2) → evicted, anchors at FP16, meeting a measured compression ratio."
+    ("Per-head one-way zones FP16 → INT8 → INT4 (→ INT2) → evicted, anchors at FP16, "
+     "meeting a measured compression ratio.")
     name: ClassVar[str] = 'stratigraphic'
     ratio: float = 4.0 # target compression, fp16 bytes / bytes held, as cache.nbytes() measures it
     schedule: str = 'uniform' # layer budget schedule: uniform, inverted (the original's) or pyramid; see the ablation
@@ -175,9 +179,11 @@ class StratPlan:
     profile: str # where the per-head weights came from
     short_warned: list = field(default_factory=list) # a warning that the target is out of reach was given (once)
 
+# %% ../nbs/11_stratigraphic.ipynb #e0e1c004
 @patch
 def prepare(self:Stratigraphic, spec:ModelSpec) -> StratPlan:
-    if not self.ratio >= 1: raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
+    if not self.ratio >= 1:
+        raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
     if not 0 < self.anchor_pct <= 1 or not 0 <= self.anchor_cap <= 1:
         raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
     if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
@@ -189,9 +195,12 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> StratPlan:
     return StratPlan(layer_weights(spec.n_layers, self.schedule, self.strength), profile.weights, costs,
                      basis_bytes(specs[-1], spec.head_dim), 2 * 2 * spec.head_dim, profile.source)
 
+# %% ../nbs/11_stratigraphic.ipynb #99032e25
 @patch
-def provenance(self:Stratigraphic, plan:StratPlan) -> str|None: return None if self.profile in ('', 'none') else plan.profile
+def provenance(self:Stratigraphic, plan:StratPlan) -> str|None:
+    return None if self.profile in ('', 'none') else plan.profile
 
+# %% ../nbs/11_stratigraphic.ipynb #fa2fda93
 @patch
 def resolve_profile(self:Stratigraphic, spec:ModelSpec) -> HeadProfile:
     "The profile named by `self.profile`; uniform weights for '' / 'none' or when 'auto' finds none for this shape."
@@ -199,9 +208,11 @@ def resolve_profile(self:Stratigraphic, spec:ModelSpec) -> HeadProfile:
     if self.profile != 'auto': return HeadProfile.load(self.profile, spec)
     for p in sorted(package_data().glob('profile-*.json')):
         d = json.loads(p.read_text())
-        if d.get('shape') == [spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim]: return HeadProfile.load(p, spec)
+        if d.get('shape') == [spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim]:
+            return HeadProfile.load(p, spec)
     return HeadProfile(torch.ones(spec.n_layers, spec.n_kv_heads), source='uniform (no shipped profile for this shape)')
 
+# %% ../nbs/11_stratigraphic.ipynb #c7a2f8a4
 @patch
 def tiers(self:Stratigraphic, head_dim:int):
     bits = [8, 4, 2][:len(self.fractions) - 1]
@@ -218,6 +229,7 @@ def observe(self:Stratigraphic, view:LayerView, probs:torch.Tensor) -> torch.Ten
         score = torch.where(boundary & (score < ANCHOR), score + ANCHOR, score)
     return score
 
+# %% ../nbs/11_stratigraphic.ipynb #785f0d16
 @patch
 def pinned(self:Stratigraphic, view:LayerView, importance:torch.Tensor) -> torch.Tensor:
     "(N,) rows held at FP16: sinks, the recent window, and anchors up to the cap."
@@ -231,21 +243,25 @@ def pinned(self:Stratigraphic, view:LayerView, importance:torch.Tensor) -> torch
 
 # %% ../nbs/11_stratigraphic.ipynb #6b5639d3
 @patch
-def plan(self:Stratigraphic, view:LayerView, x:torch.Tensor, # (B*H_kv,) pressure per head, in [0, 2] ([-1, 2] with a bedrock)
+def plan(self:Stratigraphic, view:LayerView,
+         x:torch.Tensor, # (B*H_kv,) pressure per head, in [0, 2] ([-1, 2] with a bedrock)
          rank:torch.Tensor, pinned:torch.Tensor) -> torch.Tensor:
-    """(N,) zone of every row. `x` in [1, 2]: every token is kept; ranks below `(x-1)/f₀ · cum(f) · seen` rise into the
-    upper zones, the rest sit in the deepest. `x` in [0, 1): the top `x` of each head's rows stay in the deepest zone,
-    the rest go one deeper (the bedrock, or evicted). `x` in [-1, 0), with a bedrock: its top `1+x` stay, the rest go."""
+    """(N,) zone of every row. `x` in [1, 2]: every token is kept; ranks below `(x-1)/f₀ · cum(f) · seen` rise
+    into the upper zones, the rest sit in the deepest. `x` in [0, 1): the top `x` of each head's rows stay in the
+    deepest zone, the rest go one deeper (the bedrock, or evicted). `x` in [-1, 0), with a bedrock: its top `1+x`
+    stay, the rest go."""
     f = torch.tensor(self.fractions, device=rank.device)
     deepest = len(f) - 1
     n_rows = torch.bincount(view.head, minlength=len(x))[view.head]
     xs = x[view.head]
     bounds = ((xs - 1).clamp(min=0) / f[0])[:, None] * f[:-1].cumsum(0)[None] * view.seen # (N, deepest)
-    low = torch.where(rank < xs * n_rows, deepest, deepest + 1) + (rank >= (1 + xs) * n_rows) # the second term: x < 0 only
+    # the second term: x < 0 only
+    low = torch.where(rank < xs * n_rows, deepest, deepest + 1) + (rank >= (1 + xs) * n_rows)
     zone = torch.where(xs >= 1, (rank[:, None] >= bounds).sum(1), low)
     zone = torch.where(pinned, 0, zone)
     return torch.maximum(zone, view.tier) if self.one_way else zone
 
+# %% ../nbs/11_stratigraphic.ipynb #3c544db7
 @patch
 def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor:
     anchor_flag = view.score >= ANCHOR
@@ -329,8 +345,10 @@ def sweep(out:str|Path, strategies:list[str], model='smollm2-135m', text='auto',
     wins = eval_windows(tokenize(tok, txt), windows, length)
     for s, r, _ in against_full(m, wins, strategies, prefill, chunk, done):
         if s in done: continue
-        with out.open('a') as f: f.write(json.dumps(dict(r, arg=s, text=name, window_nll=r['window_nll'].tolist())) + '\n')
+        with out.open('a') as f:
+            f.write(json.dumps(dict(r, arg=s, text=name, window_nll=r['window_nll'].tolist())) + '\n')
 
+# %% ../nbs/11_stratigraphic.ipynb #6b653de0
 def sweep_table(path:str|Path) -> list[dict]:
     "Rows of a sweep file with ΔPPL % and its paired standard error against `full`."
     rows = [json.loads(l) for l in Path(path).open()]
@@ -339,5 +357,6 @@ def sweep_table(path:str|Path) -> list[dict]:
     for r in rows:
         d, se = paired_delta(r['window_nll'], full)
         out.append(dict(strategy=r['arg'], ppl=r['ppl'], dppl_pct=100 * (math.exp(d) - 1),
-                        se_pct=float('nan') if se is None else 100 * se, compression=r['compression'], windows=len(full)))
+                        se_pct=float('nan') if se is None else 100 * se, compression=r['compression'],
+                        windows=len(full)))
     return out

@@ -6,200 +6,25 @@ Docs: https://kvstrat.github.io/kvstrat/streaming.html.md"""
 
 # %% ../nbs/12_streaming.ipynb #64e61379
 from __future__ import annotations
-import inspect, json, math
+import json
 from dataclasses import dataclass, fields, replace
 from fastcore.basics import patch
 from pathlib import Path
 from typing import ClassVar
 import torch
-import torch.nn.functional as F
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from .core import package_data
-from .adapter import ModelSpec, attention_scope
+from .adapter import ModelSpec
 from .attention import allowed_slots, explicit_attention
+from .linear_attention import (StreamParams, model_shape, feature, decayed_attention, combine_state,
+                                      attention_override, hybrid_override)
 from .policy import LayerView, Needs, Strategy, STRATEGIES, make_strategy, register
 from .cache import CompressedCache, CompressedLayer, prefill_cache
 
 # %% auto #0
-__all__ = ['FEATURE_MAPS', 'feature', 'decayed_reference', 'decayed_recurrent', 'decayed_chunked', 'fla_available', 'decayed_fla',
-           'decayed_attention', 'StreamParams', 'model_shape', 'combine_state', 'streaming_reference', 'exact_part',
-           'streaming_attention', 'StreamingState', 'HeadPattern', 'streaming_heads', 'attention_override',
-           'causal_attention', 'classify_heads', 'hybrid_override', 'LoraAdapter', 'shipped_calibration',
+__all__ = ['StreamingState', 'HeadPattern', 'streaming_heads', 'classify_heads', 'LoraAdapter', 'shipped_calibration',
            'index_pattern', 'restrict', 'Streaming', 'StreamingSetup', 'Hybrid', 'HybridSetup', 'held_rows',
            'held_bytes']
-
-# %% ../nbs/12_streaming.ipynb #f2b3feba
-FEATURE_MAPS = {'elu1': lambda x: F.elu(x) + 1, 'relu': F.relu, 'softplus': F.softplus}
-
-def feature(x:torch.Tensor, # (..., D)
-            name:str='elu1', # a key of FEATURE_MAPS
-            temperature:torch.Tensor|float=1.0): # broadcastable to x without its last axis
-    "φ(τ·x/d^¼), in float32."
-    if name not in FEATURE_MAPS: raise ValueError(f"unknown feature map {name!r}; known: {sorted(FEATURE_MAPS)}")
-    t = temperature if not torch.is_tensor(temperature) else temperature[..., None]
-    return FEATURE_MAPS[name](x.float() * t * x.shape[-1] ** -0.25)
-
-# %% ../nbs/12_streaming.ipynb #cf7d7948
-def decayed_reference(fq, fk, v, # (B, H, T, Dk), (B, H, T, Dk), (B, H, T, Dv)
-                      log_lam:torch.Tensor, # (H,) log λ per head
-                      state:torch.Tensor|None=None) -> torch.Tensor: # (B, H, Dk, Dv) before the first step
-    "The explicit decayed sum, token by token: `(B, H, T, Dv)`."
-    B, H, T, _ = fk.shape
-    out = torch.zeros(B, H, T, v.shape[-1])
-    for t in range(T):
-        for u in range(t + 1):
-            w = (log_lam * (t - u)).exp()[None] * (fq[:, :, t] * fk[:, :, u]).sum(-1) # (B, H)
-            out[:, :, t] += w[..., None] * v[:, :, u]
-        if state is not None: out[:, :, t] += (log_lam * (t + 1)).exp()[None, :, None] * (fq[:, :, t, None] @ state)[:, :, 0]
-    return out
-
-def decayed_recurrent(fq, fk, v, log_lam, state=None) -> tuple[torch.Tensor, torch.Tensor]:
-    "One step at a time: outputs `(B, H, T, Dv)` and the final state `(B, H, Dk, Dv)`."
-    B, H, T, Dk = fk.shape
-    S = fk.new_zeros(B, H, Dk, v.shape[-1]) if state is None else state
-    lam, outs = log_lam.exp()[:, None, None], []
-    for t in range(T):
-        S = lam * S + fk[:, :, t, :, None] * v[:, :, t, None, :]
-        outs.append((fq[:, :, t, None, :] @ S)[:, :, 0])
-    return torch.stack(outs, 2), S
-
-# %% ../nbs/12_streaming.ipynb #a038a30e
-def decayed_chunked(fq, fk, v, log_lam, state=None, chunk:int=64) -> tuple[torch.Tensor, torch.Tensor]:
-    "Chunk by chunk: outputs `(B, H, T, Dv)` and the final state `(B, H, Dk, Dv)`."
-    B, H, T, Dk = fk.shape
-    S = fk.new_zeros(B, H, Dk, v.shape[-1]) if state is None else state
-    ll, outs = log_lam[:, None, None], []
-    for i in range(0, T, chunk):
-        q, k, vv = fq[:, :, i:i+chunk], fk[:, :, i:i+chunk], v[:, :, i:i+chunk] # (B, H, n, ·)
-        t = torch.arange(q.shape[2], device=fq.device)
-        age = (t[:, None] - t[None, :]).float() # (n, n)
-        decay = torch.where(age >= 0, (ll * age.clamp(min=0)).exp(), 0.0) # (H, n, n) λ^(t-u), causal
-        outs.append(((q @ k.transpose(-1, -2)) * decay) @ vv + (ll * (t[:, None] + 1)).exp() * (q @ S))
-        S = (ll * len(t)).exp() * S + (k * (ll * (len(t) - 1 - t[:, None])).exp()).transpose(-1, -2) @ vv
-    return torch.cat(outs, 2), S
-
-# %% ../nbs/12_streaming.ipynb #99e3905f
-def fla_available(device) -> bool:
-    "Can the fla kernels run on `device`?"
-    if torch.device(device).type != 'cuda': return False
-    try: import fla.ops.simple_gla # noqa: F401
-    except ImportError: return False
-    return True
-
-def decayed_fla(fq, fk, v, log_lam, state=None) -> tuple[torch.Tensor, torch.Tensor]:
-    "flash-linear-attention's chunked kernel (CUDA): same contract as `decayed_chunked`."
-    from fla.ops.simple_gla import chunk_simple_gla
-    B, H, T, _ = fk.shape
-    g = log_lam.float()[None, None].expand(B, T, H).contiguous() # per-step log decay
-    bthd = lambda x: x.transpose(1, 2).contiguous()
-    extra = {'head_first': False} if 'head_first' in inspect.signature(chunk_simple_gla).parameters else {}
-    o, S = chunk_simple_gla(bthd(fq), bthd(fk), bthd(v), g=g, scale=1.0, initial_state=state,
-                            output_final_state=True, **extra)
-    return o.transpose(1, 2).float(), S.float()
-
-def decayed_attention(fq, fk, v, log_lam, state=None, chunk:int=64) -> tuple[torch.Tensor, torch.Tensor]:
-    "Decayed linear attention by the best path: recurrent for one step, fla on CUDA, else chunked torch."
-    if fk.shape[2] == 1: return decayed_recurrent(fq, fk, v, log_lam, state)
-    if fla_available(fk.device): return decayed_fla(fq, fk, v, log_lam, state)
-    return decayed_chunked(fq, fk, v, log_lam, state, chunk)
-
-# %% ../nbs/12_streaming.ipynb #9f8fa2cf
-@dataclass
-class StreamParams:
-    "λ, γ, τ logits per (layer, KV head), and the geometry they were fitted for."
-    lam_logit: torch.Tensor # (L, H) λ = sigmoid
-    log_gain: torch.Tensor # (L, H) γ = exp
-    log_temp: torch.Tensor # (L, H) τ = exp
-    sinks: int
-    window: int
-    feature_map: str = 'elu1'
-    source: str = 'zero-shot'
-
-    @classmethod
-    def zero_shot(cls, n_layers:int, n_kv_heads:int, sinks:int, window:int, lam:float=0.99, feature_map:str='elu1'):
-        if not 0 < lam < 1: raise ValueError(f"λ must be in (0, 1), got {lam}")
-        z = torch.zeros(n_layers, n_kv_heads)
-        return cls(torch.full_like(z, math.log(lam / (1 - lam))), z.clone(), z.clone(), sinks, window, feature_map,
-                   f'zero-shot (λ={lam})')
-    def log_lam(self, layer:int) -> torch.Tensor: return F.logsigmoid(self.lam_logit[layer])
-    def gain(self, layer:int) -> torch.Tensor: return self.log_gain[layer].exp()
-    def temp(self, layer:int) -> torch.Tensor: return self.log_temp[layer].exp()
-
-# %% ../nbs/12_streaming.ipynb #3c8f701a
-_PARAM_KEYS = ('lam_logit', 'log_gain', 'log_temp')
-
-@patch
-def save(self:StreamParams, path, spec:ModelSpec|None=None):
-    "Write the parameters (and, with `spec`, the model shape they belong to) as JSON."
-    d = {k: getattr(self, k).tolist() for k in _PARAM_KEYS}
-    d.update(sinks=self.sinks, window=self.window, feature_map=self.feature_map, source=self.source,
-             shape=None if spec is None else list(model_shape(spec)))
-    Path(path).write_text(json.dumps(d, indent=1))
-
-@patch(cls_method=True)
-def load(cls:StreamParams, path, spec:ModelSpec|None=None) -> StreamParams:
-    "Read parameters saved by `save`; with `spec`, check that they fit the model."
-    d = json.loads(Path(path).read_text())
-    p = cls(*(torch.tensor(d[k], dtype=torch.float32) for k in _PARAM_KEYS), d['sinks'], d['window'],
-            d.get('feature_map', 'elu1'), d.get('source', str(path)))
-    if spec is not None and tuple(p.lam_logit.shape) != (spec.n_layers, spec.n_kv_heads):
-        raise ValueError(f"stream parameters {path} are for {tuple(p.lam_logit.shape)} (layers, KV heads), "
-                         f"but the model has ({spec.n_layers}, {spec.n_kv_heads})")
-    return p
-
-def model_shape(spec:ModelSpec) -> tuple: return (spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim)
-
-# %% ../nbs/12_streaming.ipynb #bbafb8ef
-def combine_state(out_exact, lse, # (B, h, g, q, D) softmax output over the exact slots, (B, h, g, q) its log-sum-exp
-                  num, den, # (B, h, g, q, D), (B, h, g, q) the state's Σ w·v and Σ w
-                  gain:torch.Tensor) -> torch.Tensor: # (h,) γ
-    "(exact mass · exact mean + γ·num) / (exact mass + γ·den), computed as a convex mix: `(B, h, g, q, D)`."
-    tiny = torch.finfo(torch.float32).tiny
-    ratio = (torch.log(gain[None, :, None, None] * den + tiny) - lse).exp() # state mass / exact mass
-    mean = num / (den + tiny)[..., None]
-    return (out_exact + ratio[..., None] * mean) / (1 + ratio)[..., None]
-
-# %% ../nbs/12_streaming.ipynb #f2b4c27c
-def streaming_reference(query, key, value, # (B, H_q, T, D), (B, h, T, D) ×2: every head given streams
-                        log_lam, gain, temp, # (h,) each
-                        sinks:int, window:int, scaling:float, feature_map:str='elu1') -> torch.Tensor:
-    "Teacher-forced streaming heads over positions 0..T-1, the formula written out with `(T, T)` weights: `(B, H_q, T, D)`."
-    B, Hq, T, D = query.shape
-    h = key.shape[1]
-    t = torch.arange(T, device=query.device)
-    j, tt = t[None, :], t[:, None]
-    exact = (j <= tt) & ((j < sinks) | (j > tt - window)) # (T, T)
-    folded = (j >= sinks) & (j <= tt - window)
-    out, lse, _ = explicit_attention(query, key, value, exact[None, None], scaling)
-    fq = feature(query.reshape(B, h, Hq // h, T, D), feature_map, temp[None, :, None, None])
-    fk = feature(key, feature_map, temp[None, :, None])
-    w = torch.where(folded, (log_lam[:, None, None] * (tt - window - j).clamp(min=0)).exp(), 0.0) # (h, T, T)
-    a = (fq @ fk[:, :, None].transpose(-1, -2)) * w[None, :, None] # (B, h, g, T, T)
-    out = combine_state(out, lse, a @ value.float()[:, :, None], a.sum(-1), gain)
-    return out.reshape(B, Hq, T, D)
-
-# %% ../nbs/12_streaming.ipynb #3161d433
-def exact_part(query, key, value, sinks:int, window:int, scaling:float) -> tuple[torch.Tensor, torch.Tensor]:
-    "Softmax over sinks and window only: output `(B, h, g, T, D)` and log-sum-exp `(B, h, g, T)`."
-    t = torch.arange(query.shape[2], device=query.device)
-    exact = (t[None] <= t[:, None]) & ((t[None] < sinks) | (t[None] > t[:, None] - window))
-    return explicit_attention(query, key, value, exact[None, None], scaling)[:2]
-
-def streaming_attention(query, key, value, log_lam, gain, temp, sinks:int, window:int, scaling:float,
-                        feature_map:str='elu1', exact:tuple|None=None) -> torch.Tensor: # `exact_part`, if computed
-    "`streaming_reference` with the state part as chunked decayed attention over the keys entering the state."
-    B, Hq, T, D = query.shape
-    h, g = key.shape[1], Hq // key.shape[1]
-    out, lse = exact or exact_part(query, key, value, sinks, window, scaling) # they do not depend on λ, γ, τ
-    n = T - window - sinks # tokens that ever fold; token j enters the state at step j + window
-    if n <= 0: return out.reshape(B, Hq, T, D)
-    enter = lambda x: F.pad(x[:, :, sinks:sinks + n], (0, 0, sinks + window, 0)) # (B, h, T, ·)
-    fk = enter(feature(key, feature_map, temp[None, :, None]))
-    vs = enter(torch.cat([value.float(), torch.ones_like(value[..., :1], dtype=torch.float32)], -1))
-    rep = lambda x: x[:, :, None].expand(B, h, g, *x.shape[2:]).reshape(B, h * g, *x.shape[2:])
-    fq = feature(query.reshape(B, h, g, T, D), feature_map, temp[None, :, None, None]).reshape(B, h * g, T, D)
-    o = decayed_chunked(fq, rep(fk), rep(vs), log_lam.repeat_interleave(g))[0].view(B, h, g, T, D + 1)
-    return combine_state(out, lse, o[..., :D], o[..., D], gain).reshape(B, Hq, T, D)
 
 # %% ../nbs/12_streaming.ipynb #631500f4
 class StreamingState:
@@ -212,7 +37,8 @@ class StreamingState:
         self.idx = heads.nonzero()[:, 0].to(dev) # (h,)
         self.slot_of = torch.cumsum(heads.long(), 0).to(dev) - 1 # head -> its index among streaming heads
         i, cpu_idx = layer.layer_idx, heads.nonzero()[:, 0]
-        self.log_lam, self.gain, self.temp = (x[cpu_idx].to(dev) for x in (params.log_lam(i), params.gain(i), params.temp(i)))
+        self.log_lam, self.gain, self.temp = (x[cpu_idx].to(dev)
+                                              for x in (params.log_lam(i), params.gain(i), params.temp(i)))
         self.S = torch.zeros(st.B, len(cpu_idx), st.D, st.D + 1, device=dev) # Σ λ^(t_s-j) φ(k_j)[v_j, 1]ᵀ
         self.t_state, self.newest = -1, -1 # S's weights are λ^(t_state - j); newest position absorbed
 
@@ -252,11 +78,14 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
     fk = torch.zeros(B, len(i), q, D, device=query.device)
     vs = torch.zeros(B, len(i), q, D + 1, device=query.device)
     fk[b_, h_, u[b_, h_, s_]] = feature(key[:, i][b_, h_, s_], self.p.feature_map, self.temp[h_])
-    vs[b_, h_, u[b_, h_, s_]] = torch.cat([value[:, i][b_, h_, s_].float(), torch.ones(len(b_), 1, device=query.device)], -1)
-    S0 = self.S if self.t_state < 0 else self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None]
+    vs[b_, h_, u[b_, h_, s_]] = torch.cat([value[:, i][b_, h_, s_].float(),
+                                           torch.ones(len(b_), 1, device=query.device)], -1)
+    S0 = (self.S if self.t_state < 0 else
+          self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None])
     fq = feature(query.reshape(B, H, g, q, D)[:, i], self.p.feature_map, self.temp[None, :, None, None])
     rep = lambda x: x[:, :, None].expand(B, len(i), g, *x.shape[2:]).reshape(B, len(i) * g, *x.shape[2:])
-    o, _ = decayed_attention(fq.reshape(B, len(i) * g, q, D), rep(fk), rep(vs), self.log_lam.repeat_interleave(g), rep(S0))
+    o, _ = decayed_attention(fq.reshape(B, len(i) * g, q, D), rep(fk), rep(vs), self.log_lam.repeat_interleave(g),
+                             rep(S0))
     o = o.view(B, len(i), g, q, D + 1)
     out[:, i] = combine_state(out[:, i], lse[:, i], o[..., :D], o[..., D], self.gain)
     probs = p.mean(2).reshape(B * H, q, T) if want_probs else None
@@ -283,9 +112,11 @@ class HeadPattern:
     def save(self, path, spec:ModelSpec|None=None): # with `spec`, pattern='auto' finds it by model shape
         "Write `path/full_attention_heads.tsv` and `path/config.json`."
         path = Path(path); path.mkdir(parents=True, exist_ok=True)
-        (path/'full_attention_heads.tsv').write_text('\n'.join('\t'.join(f'{x:.6f}' for x in row) for row in self.values.tolist()) + '\n')
+        (path/'full_attention_heads.tsv').write_text('\n'.join('\t'.join(f'{x:.6f}' for x in row)
+                                                               for row in self.values.tolist()) + '\n')
         shape = None if spec is None else list(model_shape(spec))
-        (path/'config.json').write_text(json.dumps(dict(sink_size=self.sinks, recent_size=self.recent, source=self.source, shape=shape), indent=1))
+        (path/'config.json').write_text(json.dumps(dict(sink_size=self.sinks, recent_size=self.recent,
+                                                        source=self.source, shape=shape), indent=1))
 
     @classmethod
     def load(cls, path, spec:ModelSpec|None=None) -> HeadPattern:
@@ -293,9 +124,11 @@ class HeadPattern:
         path = Path(path)
         if not (path/'full_attention_heads.tsv').exists():
             raise FileNotFoundError(f"no head pattern at {path}: expected full_attention_heads.tsv and config.json")
-        rows = [[float(x) for x in line.split('\t')] for line in (path/'full_attention_heads.tsv').read_text().split('\n') if line.strip()]
+        rows = [[float(x) for x in line.split('\t')]
+                for line in (path/'full_attention_heads.tsv').read_text().split('\n') if line.strip()]
         cfg = json.loads((path/'config.json').read_text()) if (path/'config.json').exists() else {}
-        p = cls(torch.tensor(rows), int(cfg.get('sink_size', 4)), int(cfg.get('recent_size', 64)), cfg.get('source', str(path)))
+        p = cls(torch.tensor(rows), int(cfg.get('sink_size', 4)), int(cfg.get('recent_size', 64)),
+                cfg.get('source', str(path)))
         if spec is not None: p.check(spec, f'pattern {path}')
         return p
 
@@ -303,7 +136,8 @@ class HeadPattern:
 def streaming_heads(pattern:HeadPattern, spec:ModelSpec, fraction:float) -> torch.Tensor:
     "`(L, H_kv)` bool: the `fraction` of heads with the lowest pattern values (never on sliding-window layers)."
     if not 0 < fraction < 1:
-        raise ValueError(f"streaming fraction must be in (0, 1): 0 routes no head and 1 leaves no retrieval head, got {fraction}")
+        raise ValueError(f"streaming fraction must be in (0, 1): 0 routes no head and 1 leaves no retrieval head, "
+                         f"got {fraction}")
     v = pattern.values.clone().float()
     v[torch.tensor(spec.sliding)] = float('inf')
     n = round(fraction * int(torch.isfinite(v).sum()))
@@ -312,21 +146,6 @@ def streaming_heads(pattern:HeadPattern, spec:ModelSpec, fraction:float) -> torc
     mask[v.flatten().argsort(stable=True)[:n]] = True
     return mask.view_as(v)
 
-# %% ../nbs/12_streaming.ipynb #02bef832
-from contextlib import contextmanager
-
-def attention_override(model, fn): # fn(layer_idx, query, key, value, scaling) -> (B, q, H_q, D)
-    "Scope in which every attention layer of `model` (no cache, causal) computes `fn` instead."
-    attend = lambda module, q, k, v, mask, scaling=None, **kw: (fn(module.layer_idx, q, k, v, scaling or q.shape[-1] ** -0.5), None)
-    return attention_scope(model, attend, f'kvstrat-override-{id(fn):x}')
-
-def causal_attention(query, key, value, scaling:float) -> torch.Tensor:
-    "Plain causal attention in the layout attention functions return: `(B, T, H_q, D)`."
-    g = query.shape[1] // key.shape[1]
-    out = F.scaled_dot_product_attention(query, key.repeat_interleave(g, 1), value.repeat_interleave(g, 1),
-                                         is_causal=True, scale=scaling)
-    return out.transpose(1, 2)
-
 # %% ../nbs/12_streaming.ipynb #8c0a8c08
 @torch.no_grad()
 def classify_heads(model, windows:torch.Tensor, # (W, T) calibration token ids, disjoint from evaluation text
@@ -334,7 +153,8 @@ def classify_heads(model, windows:torch.Tensor, # (W, T) calibration token ids, 
     "Score every (layer, KV head) by its attention mass outside sinks and window: a `HeadPattern`."
     spec = ModelSpec.of(model)
     T = windows.shape[1]
-    if T <= sinks + recent: raise ValueError(f"calibration windows of {T} tokens leave nothing outside {sinks} sinks + {recent} recent")
+    if T <= sinks + recent:
+        raise ValueError(f"calibration windows of {T} tokens leave nothing outside {sinks} sinks + {recent} recent")
     mass = torch.zeros(spec.n_layers, spec.n_kv_heads)
     t = torch.arange(T)
     outside = ((t[None] >= sinks) & (t[None] <= t[:, None] - recent)).float()[sinks + recent:] # (queries, keys)
@@ -346,26 +166,6 @@ def classify_heads(model, windows:torch.Tensor, # (W, T) calibration token ids, 
     dev = next(model.parameters()).device
     with attention_override(model, record): model(windows.to(dev))
     return HeadPattern((mass / len(windows)).clamp(0, 1), sinks, recent, source)
-
-# %% ../nbs/12_streaming.ipynb #636dbe01
-def hybrid_override(model, mask:torch.Tensor, # (L, H_kv) bool: streaming heads
-                    params:StreamParams):
-    "Scope in which `model` (no cache) runs its streaming heads through their state, the rest exactly."
-    def attend(i, q, k, v, scaling):
-        out = causal_attention(q, k, v, scaling) # (B, T, H_q, D)
-        if not mask[i].any(): return out
-        B, Hq, T, D = q.shape
-        H = k.shape[1]
-        g, idx = Hq // H, mask[i].nonzero()[:, 0].to(q.device)
-        sel = lambda x: x.to(q.device)[idx]
-        o = streaming_attention(q.view(B, H, g, T, D)[:, idx].reshape(B, -1, T, D), k[:, idx], v[:, idx],
-                                sel(params.log_lam(i)), sel(params.gain(i)), sel(params.temp(i)),
-                                params.sinks, params.window, scaling, params.feature_map)
-        o = torch.zeros(B, H, g, T, D, device=q.device).index_copy(1, idx, o.view(B, len(idx), g, T, D))
-        o = o.view(B, Hq, T, D).transpose(1, 2).to(out.dtype)
-        heads = mask[i].to(q.device).repeat_interleave(g)[None, None, :, None] # (1, 1, H_q, 1)
-        return torch.where(heads, o, out)
-    return attention_override(model, attend)
 
 # %% ../nbs/12_streaming.ipynb #42ddc73c
 from safetensors.torch import save_file, safe_open
@@ -379,15 +179,18 @@ class LoraAdapter:
     meta: dict
 
     def save(self, path):
-        tensors = {f'{n}.lora_A': a.contiguous() for n, a in self.A.items()} | {f'{n}.lora_B': b.contiguous() for n, b in self.B.items()}
-        save_file({k: v.half() for k, v in tensors.items()}, str(path), metadata={'scale': str(self.scale), 'meta': json.dumps(self.meta)})
+        tensors = ({f'{n}.lora_A': a.contiguous() for n, a in self.A.items()} |
+                   {f'{n}.lora_B': b.contiguous() for n, b in self.B.items()})
+        save_file({k: v.half() for k, v in tensors.items()}, str(path),
+                  metadata={'scale': str(self.scale), 'meta': json.dumps(self.meta)})
 
     @classmethod
     def load(cls, path) -> LoraAdapter:
         with safe_open(str(path), 'pt') as f:
             md, t = f.metadata(), {k: f.get_tensor(k).float() for k in f.keys()}
         names = sorted({k.rsplit('.', 1)[0] for k in t})
-        return cls({n: t[f'{n}.lora_A'] for n in names}, {n: t[f'{n}.lora_B'] for n in names}, float(md['scale']), json.loads(md['meta']))
+        return cls({n: t[f'{n}.lora_A'] for n in names}, {n: t[f'{n}.lora_B'] for n in names}, float(md['scale']),
+                   json.loads(md['meta']))
 
     @contextmanager
     def merged(self, model):
@@ -398,7 +201,8 @@ class LoraAdapter:
                 for n, a in self.A.items():
                     w = mods[n].weight
                     saved[n] = w.detach().clone()
-                    w += (self.scale * self.B[n].to(w.device, torch.float32) @ a.to(w.device, torch.float32)).to(w.dtype)
+                    w += (self.scale * self.B[n].to(w.device, torch.float32)
+                          @ a.to(w.device, torch.float32)).to(w.dtype)
             yield model
         finally:
             with torch.no_grad():
@@ -412,10 +216,12 @@ def shipped_calibration(spec:ModelSpec) -> Path|None:
         if cfg.exists() and json.loads(cfg.read_text()).get('shape') == list(model_shape(spec)): return d
     return None
 
+# %% ../nbs/12_streaming.ipynb #2258f77a
 def index_pattern(spec:ModelSpec, sinks:int=4, recent:int=64) -> HeadPattern:
     "A data-free baseline pattern: heads stream in (layer, head) order. For tests and ablations."
     n = spec.n_layers * spec.n_kv_heads
-    return HeadPattern(torch.arange(n).float().div(max(n - 1, 1)).view(spec.n_layers, spec.n_kv_heads), sinks, recent, 'index (data-free)')
+    return HeadPattern(torch.arange(n).float().div(max(n - 1, 1)).view(spec.n_layers, spec.n_kv_heads), sinks, recent,
+                       'index (data-free)')
 
 # %% ../nbs/12_streaming.ipynb #4c8991f5
 def restrict(view:LayerView, rows:torch.Tensor, # (N,) bool
@@ -429,11 +235,13 @@ def restrict(view:LayerView, rows:torch.Tensor, # (N,) bool
 @register
 @dataclass
 class Streaming(Strategy):
-    "Streaming heads: the `fraction` of KV heads least needed for retrieval keep sinks and a recent window exactly and fold older tokens into a decayed linear state; the other heads keep every token."
+    ("Streaming heads: the `fraction` of KV heads least needed for retrieval keep sinks and a recent window exactly "
+     "and fold older tokens into a decayed linear state; the other heads keep every token.")
     name: ClassVar[str] = 'streaming'
     fraction: float = 0.25 # share of KV heads (over all layers) that stream: those with the lowest pattern values
     pattern: str = 'auto' # head pattern directory; 'auto': the calibration's; 'index': (layer, head) order, data-free
-    calibration: str = 'auto' # calibration directory; 'auto': shipped for this model shape, else zero-shot; 'none': zero-shot
+    # calibration directory; 'auto': shipped for this model shape, else zero-shot; 'none': zero-shot
+    calibration: str = 'auto'
     lam: float = 0.99 # λ of the zero-shot state
     window: int = 0 # exact recent tokens of streaming heads; 0: the pattern's
     lora: bool = True # merge the calibration's stage-2 adapter for these heads, when it has one
@@ -478,6 +286,7 @@ def prepare(self:Streaming, spec:ModelSpec) -> StreamingSetup:
     params, adapter, used = self.calibrated(cal, spec, pattern.sinks, self.window or pattern.recent, mask)
     return StreamingSetup(mask, params, adapter, f"pattern: {pattern.source}; {used}")
 
+# %% ../nbs/12_streaming.ipynb #ddcba368
 @patch
 def calibrated(self:Streaming, cal:Path|None, spec:ModelSpec, sinks:int, window:int, mask:torch.Tensor):
     "Stage-1 parameters and the matching stage-2 adapter from `cal`, else zero-shot; and a note of what was used."
@@ -486,7 +295,8 @@ def calibrated(self:Streaming, cal:Path|None, spec:ModelSpec, sinks:int, window:
     params = StreamParams.load(cal/'params.json', spec)
     if (params.sinks, params.window) != (sinks, window):
         if self.calibration != 'auto':
-            raise ValueError(f"calibration {cal} was fitted for sinks {params.sinks} and window {params.window}, not {sinks} and {window}")
+            raise ValueError(f"calibration {cal} was fitted for sinks {params.sinks} and window {params.window}, "
+                             f"not {sinks} and {window}")
         return zero, None, f'state: {zero.source} (the shipped calibration is for window {params.window})'
     if not self.lora: return params, None, f'state: {params.source}; adapter: off'
     for f in sorted(cal.glob('lora-*.safetensors')):
@@ -501,6 +311,7 @@ def streaming_rows(self:Streaming, view:LayerView) -> torch.Tensor:
     "(N,) bool: rows that belong to a streaming head."
     return view.derived.mask[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
 
+# %% ../nbs/12_streaming.ipynb #398ab2c7
 @patch
 def fold_due(self:Streaming, view:LayerView, streaming:torch.Tensor, target:torch.Tensor) -> torch.Tensor:
     "Streaming heads' rows that left the window go (into the state); their other rows stay exact."
@@ -508,6 +319,7 @@ def fold_due(self:Streaming, view:LayerView, streaming:torch.Tensor, target:torc
     due = streaming & (view.pos >= p.sinks) & (view.pos <= view.seen - 1 - p.window)
     return torch.where(due, view.evicted, torch.where(streaming, view.tier, target))
 
+# %% ../nbs/12_streaming.ipynb #66083239
 @patch
 def assign(self:Streaming, view:LayerView): return self.fold_due(view, self.streaming_rows(view), view.tier)
 
@@ -540,6 +352,7 @@ class HybridSetup(StreamingSetup):
 def prepare(self:Hybrid, spec:ModelSpec) -> HybridSetup:
     return HybridSetup(**vars(Streaming.prepare(self, spec)), inner=self.inner.prepare(spec))
 
+# %% ../nbs/12_streaming.ipynb #231425d8
 @patch
 def observe(self:Hybrid, view:LayerView, probs:torch.Tensor):
     "The inner strategy scores the retrieval heads' rows."
@@ -551,6 +364,7 @@ def observe(self:Hybrid, view:LayerView, probs:torch.Tensor):
     full[rows] = score
     return full
 
+# %% ../nbs/12_streaming.ipynb #e47b7c23
 @patch
 def assign(self:Hybrid, view:LayerView):
     streaming, target = self.streaming_rows(view), view.tier.clone()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks of one lent session, as one bounded script: the CUDA tests (the fla kernel against the torch path,
+# The GPU checks of one lent session, as one bounded script: the CUDA tests (the Triton read compiled against the
+# reference read, the fla kernel against the torch path,
 # the streaming cache on CUDA against the teacher-forced model, every strategy on CUDA), then the speed protocol on a
 # random model of Llama-3.2-1B's shape (scripts/device_speed.sh). Results under $OUT.
 #
@@ -10,7 +11,7 @@
 set -uo pipefail
 OUT=${OUT:?set OUT to the folder for the results}
 SITE=${SITE:-/tmp/site}
-TESTS=${TESTS:-tests/test_streaming.py tests/test_cuda.py}
+TESTS=${TESTS:-tests/test_triton.py tests/test_streaming.py tests/test_cuda.py}
 cd "$(dirname "$0")/.."
 PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
 export PYTHONPATH="$SITE:$PWD"

@@ -40,11 +40,11 @@ print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.
 print("transformers", transformers.__version__, transformers.__file__)
 print("fastcore", fastcore.__version__, "kvstrat", kvstrat.__version__, kvstrat.__file__)' 2>&1; } | tee "$RUN/versions.txt"
 
-timeout -s INT -k 20 "$HARD_LIMIT" $PY -m kvstrat.bench --model "$MODEL" --text random --protocol speed --device "$DEVICE" \
+timeout -s INT -k 20 "$HARD_LIMIT" $PY -m kvstrat.cli --model "$MODEL" --text random --protocol speed --device "$DEVICE" \
   --speed-lengths $LENGTHS --speed-repeats "$REPEATS" --time-limit "$TIME_LIMIT" --keep-going --out "$RUN" \
   --strategies $STRATEGIES $EXTRA 2>&1 | tee "$RUN/log.txt"
 rc=${PIPESTATUS[0]}
 # The bench writes the report when it ends normally; after an interruption or failures, write it from the rows on disk.
-[ "$rc" = 0 ] || $PY -m kvstrat.bench report "$RUN" > /dev/null 2>&1 || true
+[ "$rc" = 0 ] || $PY -m kvstrat.cli report "$RUN" > /dev/null 2>&1 || true
 echo "device_speed.sh: kvstrat-bench exit code $rc (124/130: interrupted at ${HARD_LIMIT}s; 1: some strategies failed)" | tee -a "$RUN/log.txt"
 exit "$rc"

@@ -11,7 +11,8 @@ torch.set_num_threads(2)
 from pathlib import Path
 from kvstrat.core import load_model, load_text, tokenize, ModelSpec
 from kvstrat.calibration import calibration_windows
-from kvstrat.streaming import StreamParams, HeadPattern, hybrid_override
+from kvstrat.linear_attention import StreamParams, hybrid_override
+from kvstrat.streaming import HeadPattern
 model, tok = load_model('smollm2-135m'); spec = ModelSpec.of(model)
 ids = tokenize(tok, load_text('wikitext2')[0])
 windows, _ = calibration_windows(ids, 2, 1024)

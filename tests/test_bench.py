@@ -4,7 +4,11 @@ import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
 import kvstrat.bench as bench
-from kvstrat.bench import PROTOCOLS, ROW_FIELDS, STRATEGIES, main, make_strategy, write_report
+from kvstrat.cli import main
+from kvstrat.policy import STRATEGIES, make_strategy
+from kvstrat.report import write_report
+from kvstrat.results import PROTOCOLS, ROW_FIELDS
+import kvstrat.cli as cli
 
 KIVI = make_strategy('kivi:group=16,residual=8').label
 
@@ -149,8 +153,8 @@ def test_help_shows_the_presets(capsys):
     with pytest.raises(SystemExit): main(['--help'])
     out = capsys.readouterr().out
     sizes = out[out.index('\nsizes '):]
-    actions = bench.build_parser()._option_string_actions
-    for size, preset in bench.PRESETS.items():
+    actions = cli.build_parser()._option_string_actions
+    for size, preset in cli.PRESETS.items():
         for key, value in preset.items():
             option = '--' + key.replace('_', '-')
             assert f'{size} {typed(value, key)}' in actions[option].help, (size, option, actions[option].help)
@@ -158,10 +162,10 @@ def test_help_shows_the_presets(capsys):
     assert '1.5k' not in out
 
 def test_presets_and_long_speed_lengths():
-    quick, full = bench.parse_args([]), bench.parse_args(['--size', 'full'])
+    quick, full = cli.parse_args([]), cli.parse_args(['--size', 'full'])
     assert (quick.passkey_lengths, quick.passkey_trials, quick.threads) == ([1024, 2048], 1, None) # threads: torch's, every core
     assert (full.passkey_lengths, full.passkey_trials, full.speed_repeats) == ([1024, 2048, 4096], 2, 1)
-    assert bench.parse_args(['--speed-lengths', '4k', '16k', '32k']).speed_lengths == [4096, 16384, 32768]
+    assert cli.parse_args(['--speed-lengths', '4k', '16k', '32k']).speed_lengths == [4096, 16384, 32768]
 
 def test_strategy_modules_are_imported():
     from kvstrat.policy import STRATEGY_MODULES
@@ -199,7 +203,7 @@ def test_row_schema(run):
 
 def test_rows_documented_in_notebook():
     "The notebook's field table and ROW_FIELDS name the same fields, in the same order."
-    nb = json.loads((ROOT/'nbs'/'14_bench.ipynb').read_text())
+    nb = json.loads((ROOT/'nbs'/'14_results.ipynb').read_text())
     md = next(''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'markdown' and '| field | meaning |' in ''.join(c['source']))
     documented = [l.split('|')[1].strip().strip('`') for l in md.splitlines() if l.startswith('| `')]
     assert documented == list(ROW_FIELDS)
@@ -247,7 +251,7 @@ def test_resume_after_kill(text, tmp_path):
     out = tmp_path/'run'
     args = tiny_args(text, out, '--protocol', 'ppl', 'speed', '--strategies', 'int4', 'int8', 'kivi:group=16,residual=8',
                      '--speed-lengths', '1024', '2048', '--speed-repeats', '2')
-    p = subprocess.Popen([sys.executable, '-m', 'kvstrat.bench', *args], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([sys.executable, '-m', 'kvstrat.cli', *args], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     path, deadline = out/'results.jsonl', time.time() + 240
     while time.time() < deadline and p.poll() is None and not (path.exists() and path.read_text().count('\n') >= 1):
         time.sleep(0.02)

@@ -1,13 +1,14 @@
 """The docs, built as `make docs` builds them without Quarto, then opened in a real browser (Debian's headless Chromium).
 
-The preview is built once per session into a temporary folder (`python -m kvstrat.docs --preview --no-write`), so
+The preview is built once per session into a temporary folder (`python -m kvstrat.preview --preview --no-write`), so
 the test writes nothing in the repository. The static checks run everywhere; the browser checks need
 /usr/bin/chromium (`.ci/run` installs it) and skip with a message without it."""
 import base64, json, re, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
-from kvstrat.docs import ABLATIONS, bench_runs, html_name, nbs_path, page_title, read_rows, sidebar
+from kvstrat.docs import ABLATIONS, bench_runs, nbs_path, page_title, read_rows, sidebar
+from kvstrat.preview import html_name
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path('/usr/bin/chromium')
@@ -19,7 +20,7 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 @pytest.fixture(scope='module')
 def site(tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp('docs')/'site'
-    r = subprocess.run([sys.executable, '-m', 'kvstrat.docs', '--preview', '--no-write', '--dest', str(dest)], cwd=ROOT,
+    r = subprocess.run([sys.executable, '-m', 'kvstrat.preview', '--preview', '--no-write', '--dest', str(dest)], cwd=ROOT,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f'make docs failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}'
     assert 'building the HTML preview' in r.stdout, r.stdout # it says which path it took
@@ -61,7 +62,7 @@ def test_images_are_embedded_or_copied(site):
             if src.startswith('data:image/png;base64,'): assert base64.b64decode(src.split(',', 1)[1])[:8] == PNG_MAGIC, page.name
             elif src.startswith('data:image/'): pass
             else: assert (page.parent/local(src)).stat().st_size > 0, (page.name, src)
-    assert n >= 4 # the committed figures of the architectures notebook at least
+    assert n >= 4 # the committed figures of the architecture study at least
 
 
 def test_index_shows_the_committed_results(site):
@@ -111,7 +112,7 @@ def chromium(tmp_path, *args) -> str:
 
 
 @needs_chromium
-@pytest.mark.parametrize('page', ['index.html', 'cache.html', 'architectures.html'])
+@pytest.mark.parametrize('page', ['index.html', 'cache.html', 'arch_study.html'])
 def test_page_in_chromium(site, tmp_path, page):
     dom = BeautifulSoup(chromium(tmp_path, '--virtual-time-budget=15000', '--dump-dom', (site/page).as_uri()), 'html.parser')
     title = next(page_title(p)[0] for _, ps in sidebar() for p in ps if html_name(p) == page)
@@ -125,7 +126,7 @@ def test_page_in_chromium(site, tmp_path, page):
     if page == 'index.html':
         assert dom.find('table') and 'strategy' in dom.find('table').get_text()
         if bench_runs(): assert any('ΔPPL' in t.get_text() for t in dom.find_all('table'))
-    if page == 'architectures.html': assert len(imgs) >= 4
+    if page == 'arch_study.html': assert len(imgs) >= 4
 
 
 @needs_chromium

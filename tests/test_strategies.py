@@ -1,4 +1,5 @@
-"""The shared test matrix: every registered strategy on tiny GQA, MQA and sliding-window models,
+"""The shared test matrix: every registered strategy on tiny GQA, MQA and sliding-window models, and on tiny Gemma 3
+(also with a single KV head, as Gemma 3 1B), Gemma 2 (soft-capped logits), Phi-3 (fused qkv) and Qwen2.5 models,
 through chunked forwards, greedy generate, batch 2 with padding, beam search and crop.
 (MHA is GQA with one query head per KV head; the core notebook covers it.)
 
@@ -24,7 +25,9 @@ class EveryOtherOld(Strategy):
         old = (view.pos >= 1) & (view.pos < view.seen - self.window)
         return torch.where(old, torch.where(view.pos % 2 == 0, 1, 2), view.tier)
 
-MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding')
+MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding', 'gemma3', 'gemma3-1b', 'gemma2', 'phi3', 'qwen2.5')
+SINGLE_KV_HEAD = ('mqa', 'gemma3-1b')
+SOFTCAPPED = ('gemma2',) # attention logits capped: tanh(s/c)·c
 # variants whose storage differs from their strategy's example: stratigraphic's low-rank bedrock (filled by generate)
 VARIANTS = {'stratigraphic-bedrock': 'stratigraphic:ratio=2,residual=4,group=16,profile=none,bedrock=4'}
 ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with one KV head (their documented error)
@@ -36,9 +39,14 @@ def _model(layout):
 def _strategy(name, layout):
     "The strategy's example (or a variant); one that routes per KV head must refuse the single-KV-head model clearly."
     strategy = make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
-    if layout == 'mqa' and name in ROUTES_PER_HEAD:
+    if layout in SINGLE_KV_HEAD and name in ROUTES_PER_HEAD:
         with pytest.raises(ValueError, match='single KV head'): CompressedCache(_model(layout), strategy)
         pytest.skip('per-head routing needs more than one KV head')
+    if layout in SOFTCAPPED and name in ROUTES_PER_HEAD: # their fixed-size state does not cap logits
+        model = _model(layout); cache = CompressedCache(model, strategy)
+        with cache.attached(model), pytest.raises(NotImplementedError, match='soft-cap attention logits'):
+            model(torch.randint(1, 256, (1, 8)), cache=cache, use_cache=True)
+        pytest.skip('a fixed-size state does not soft-cap attention logits')
     return strategy
 
 def _generate(model, cache, ids, **kw):
@@ -64,6 +72,22 @@ def test_chunked_forward(name, layout):
         with full.attached(model):
             for i in range(0, 64, 8): model(ids[:, i:i+8], cache=full, use_cache=True)
         assert cache.nbytes() < full.nbytes(), "a compressing strategy must hold fewer bytes than FullKV"
+
+@pytest.mark.parametrize('name,layout', CASES)
+def test_chunked_forward_against_plain_forward(name, layout):
+    """A strategy compresses after a chunk has attended, so the first chunk sees its own tokens as the model computed
+    them (rounded to tier 0's dtype): its logits are the plain forward's. FullKV's chunks all are, exactly."""
+    model, strategy = _model(layout), _strategy(name, layout)
+    ids = torch.randint(1, 256, (1, 48))
+    with torch.no_grad():
+        plain = model(ids, use_cache=False).logits
+        cache = CompressedCache(model, strategy)
+        with cache.attached(model): chunks = [model(ids[:, i:i+16], cache=cache, use_cache=True).logits for i in (0, 16, 32)]
+    if any(getattr(l, 'state', None) is not None for l in cache.layers):
+        pytest.skip('its heads attend through a fixed-size state from the first chunk on (tested against the teacher-forced '
+                    'hybrid model in tests/test_streaming.py)')
+    if name == 'full': torch.testing.assert_close(torch.cat(chunks, 1), plain, atol=1e-5, rtol=1e-5)
+    else: torch.testing.assert_close(chunks[0], plain[:, :16], atol=5e-3, rtol=5e-3)
 
 @pytest.mark.parametrize('name,layout', CASES)
 def test_generate_greedy_and_beam(name, layout):

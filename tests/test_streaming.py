@@ -1,11 +1,12 @@
 """Streaming heads on an accelerator: flash-linear-attention's kernel against the torch path, and the cache on CUDA
 against the teacher-forced hybrid model. Skipped without CUDA and the [fla] extra; CPU paths are tested in
-nbs/12_streaming.ipynb."""
+nbs/11a_linear_attention.ipynb and nbs/12_streaming.ipynb."""
 import math, sys, pytest, torch
 from kvstrat.core import tiny_model
 from kvstrat.cache import CompressedCache
-from kvstrat.streaming import (decayed_chunked, decayed_fla, decayed_attention, fla_available, feature, Streaming,
-                               hybrid_override)
+from kvstrat.linear_attention import (decayed_chunked, decayed_fla, decayed_attention, fla_available, feature,
+                                      hybrid_override)
+from kvstrat.streaming import Streaming
 
 needs_fla = pytest.mark.skipif(not (torch.cuda.is_available() and fla_available('cuda')),
                                reason='needs CUDA and flash-linear-attention (pip install kvstrat[fla])')
@@ -19,7 +20,7 @@ def _inputs(T, device, B=2, H=4, D=64, seed=0):
     return fq, fk, v, log_lam, r(B, H, D, D + 1)
 
 def test_cpu_never_uses_fla(monkeypatch):
-    import kvstrat.streaming as ks
+    import kvstrat.linear_attention as ks
     def refuse(*a, **kw): raise AssertionError('the fla kernel was called for CPU tensors')
     monkeypatch.setattr(ks, 'decayed_fla', refuse)
     fq, fk, v, ll, S0 = _inputs(20, 'cpu')
@@ -51,7 +52,7 @@ def _cache_vs_teacher(model, ids):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_streaming_cache_on_cuda_torch_path(monkeypatch):
-    import kvstrat.streaming as ks
+    import kvstrat.linear_attention as ks
     monkeypatch.setattr(ks, 'fla_available', lambda device: False) # the pure-torch path, on CUDA tensors
     model = tiny_model('gqa', seed=0, head_dim=64).cuda()
     err = _cache_vs_teacher(model, torch.randint(1, 256, (2, 96), device='cuda'))
