@@ -12,8 +12,8 @@ from functools import partial
 from fastcore.basics import patch
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
-from .adapter import (ModelSpec, attention_scope, describe, exact_layer, exact_length, running_model, sdpa,
-                             tracking_forward)
+from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, describe, exact_layer, exact_length,
+                             running_model, sdpa, softcap_eager, tracking_forward)
 from .store import LayerStore
 from .attention import TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, tiered_read
 from .policy import LayerView, Strategy, make_strategy
@@ -54,12 +54,14 @@ class CompressedLayer(CacheLayerMixin):
 @patch
 def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q, D) ×2: this chunk
          padding:torch.Tensor|None, # (B, S) bool, False at padding tokens; None: no padding
-         scaling:float) -> torch.Tensor: # (B, q, H_q, D)
+         scaling:float,
+         softcap:float|None=None, # attention-logit cap tanh(s/c)·c (Gemma 2); None: none
+        ) -> torch.Tensor: # (B, q, H_q, D)
     "One cycle: write the chunk, read the layer, then let the strategy observe and place the rows."
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
     qpos = torch.arange(seen - q, seen, device=query.device)
-    out, probs, keys = self.read(query, qpos, padding, scaling)
+    out, probs, keys = self.read(query, qpos, padding, scaling, softcap)
     if not self.frozen: self.place(probs, keys, None if padding is None else padding[:, :seen])
     return out
 
@@ -73,22 +75,25 @@ def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) 
             and not self.needs.keys and equal_heads(self.store))
 
 @patch
-def reads_with_triton(self:CompressedLayer, query, padding) -> bool:
+def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None) -> bool:
     "On CUDA, with Triton, attention reads every tier from its codes, heads of unequal rows too (no probs, no keys)."
-    if not (query.is_cuda and self.tiered and padding is None and self.state is None
+    if not (query.is_cuda and self.tiered and padding is None and self.state is None and softcap is None
             and query.shape[2] <= TIERED_MAX_QUERIES and not self.needs.attention and not self.needs.keys): return False
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
     return triton_available()
 
 @patch
-def read(self:CompressedLayer, query, qpos, padding, scaling) -> tuple:
+def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None) -> tuple:
     "Attention over the stored tokens: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)` (if needed), dense keys."
     want = self.needs.attention
-    if self.reads_with_triton(query, padding):
+    if softcap is not None and self.state is not None:
+        raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
+    if self.reads_with_triton(query, padding, softcap):
         from kvstrat.triton_attention import triton_read
         return triton_read(query, self.store, qpos, scaling), None, None
-    if self.reads_tiers(padding, query.shape[2]): return *tiered_read(query, self.store, qpos, scaling, want), None
-    return dense_read(query, self.store, qpos, padding, scaling, want, self.state)
+    if self.reads_tiers(padding, query.shape[2]):
+        return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
+    return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap)
 
 # %% ../nbs/07_cache.ipynb #ff8e44c4
 @patch
@@ -179,26 +184,34 @@ def kept(self:CompressedLayer) -> torch.Tensor: return self.store.kept() # (B, H
 
 # %% ../nbs/07_cache.ipynb #4e5b2565
 def exact_attention(module, layer, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2: the layer's last T tokens
-                    padding, dropout:float, scaling:float, sliding_window:int|None):
-    "Attention over an exact layer, as sdpa computes it: `(B, q, H_q, D)`, None."
+                    padding, dropout:float, scaling:float, sliding_window:int|None,
+                    softcap:float|None=None): # attention-logit cap: then eager attention, as the model computes it
+    "Attention over an exact layer, as the model's own sdpa (or, soft-capped, eager) computes it: `(B, q, H_q, D)`."
     q, T, seen = query.shape[2], key.shape[2], exact_length(layer)
     # sdpa's is_causal aligns the mask top-left, so it is only right when the chunk is the whole sequence (or one token)
-    if padding is None and not sliding_window and q in (1, T):
+    if softcap is None and padding is None and not sliding_window and q in (1, T):
         return sdpa(module, query, key, value, None, dropout, scaling)
     kpos = torch.arange(seen - T, seen, device=query.device)[None, None]
     mask = allowed_slots(kpos, torch.arange(seen - q, seen, device=query.device), padding, sliding_window)
+    if softcap is not None: return softcap_eager(module, query, key, value, mask, dropout, scaling, softcap)
     return sdpa(module, query, key, value, mask, dropout, scaling)
 
 def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dropout:float=0.0,
-                      scaling:float|None=None, sliding_window:int|None=None, **kwargs):
+                      scaling:float|None=None, sliding_window:int|None=None, softcap:float|None=None, **kwargs):
     "The attention function of an attached `CompressedCache`: it reads the cache's stored tokens."
+    check_attention_kwargs(module, kwargs) # what would change the math, and that kvstrat does not do, is refused
     if attention_mask is not None and attention_mask.ndim != 2:
         raise ValueError("the kvstrat cache takes a 2-D padding mask (batch, tokens), not a prepared 4-D mask")
     # on the query's device: a model split over GPUs hands every layer the first device's mask
     padding = None if attention_mask is None or attention_mask.bool().all() else attention_mask.bool().to(query.device)
     scaling, layer = scaling or query.shape[-1] ** -0.5, cache.layers[module.layer_idx]
-    if isinstance(layer, CompressedLayer): return layer.step(query, key, value, padding, scaling), None
-    return exact_attention(module, layer, query, key, value, padding, dropout, scaling, sliding_window)
+    if isinstance(layer, CompressedLayer):
+        if dropout: raise ValueError(f"layer {module.layer_idx} asks for attention dropout {dropout}: a compressed "
+                                     "layer attends without dropout (use model.eval())")
+        if sliding_window: raise ValueError(f"layer {module.layer_idx} has a sliding window {sliding_window}, which a "
+                                            "compressed layer does not apply")
+        return layer.step(query, key, value, padding, scaling, softcap), None
+    return exact_attention(module, layer, query, key, value, padding, dropout, scaling, sliding_window, softcap)
 
 # %% ../nbs/07_cache.ipynb #b5200a45
 def prefill_cache(model, cache:Cache, ids:torch.Tensor, # (B, T) token ids
