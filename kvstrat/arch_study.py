@@ -10,7 +10,6 @@ import hashlib, json, math, time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F
-from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .core import cache_dir, eval_windows, load_text
 from .protocol import paired_delta

@@ -6,14 +6,10 @@ Docs: https://kvstrat.github.io/kvstrat/architectures.html.md"""
 
 # %% ../nbs/19_architectures.ipynb #92994844
 from __future__ import annotations
-import hashlib, json, math, time
-from dataclasses import dataclass, asdict, replace
-from pathlib import Path
+import math
+from dataclasses import dataclass
 import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
-from tqdm.auto import tqdm
-from .core import cache_dir, eval_windows, load_text
-from .protocol import paired_delta
 
 # %% auto #0
 __all__ = ['ATTN_TYPES', 'DecoderConfig', 'arch_configs', 'kv_values_per_token', 'kv_bytes_per_token', 'Rope', 'causal_mask',

@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 # %% ../nbs/15_bench.ipynb #0a630233
 from __future__ import annotations
 import argparse, ctypes, math, random, re, resource, statistics, sys, time, traceback
-from dataclasses import dataclass, fields, MISSING
+from dataclasses import dataclass, field, fields, MISSING
 from datetime import datetime
 from pathlib import Path
 import torch
@@ -228,7 +228,7 @@ class Bench:
     deadline: float|None = None # `time.monotonic()` after which no measurement starts (--time-limit)
     stopped: str|None = None # why `run` stopped before the end, if it did
     failures: int = 0 # runs that raised, with --keep-going
-    provenances: dict = None # strategy label -> the saved data it uses (`Strategy.provenance`), from `prepare`
+    provenances: dict = field(default_factory=dict) # strategy label -> the saved data it uses (`Strategy.provenance`)
     lock: OutLock|None = None # on the results directory, held for the whole run
 
     def settings(self, protocol:str) -> dict:
@@ -392,9 +392,8 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
         raise ValueError(f"text too short: {len(ids)} tokens, but speed length {max(opts.speed_lengths)} needs as many")
     p = next(model.parameters())
     env = environment(p.device, p.dtype)
-    bench = Bench(model, tok, ids, text_name, opts, None, env, windows, cases, deadline) # results: `prepare`
-    bench.provenances = provenances
-    return bench, strategies
+    bench = Bench(model, tok, ids, text_name, opts, None, env, windows, cases, deadline, provenances=provenances)
+    return bench, strategies # results: `prepare`
 
 # %% ../nbs/15_bench.ipynb #07366cd1
 def prepare(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from .adapter import ModelSpec, lora_targets
-from .core import load_model, load_text, tokenize, eval_windows
+from .core import load_model, load_text, tokenize
 from .linear_attention import (StreamParams, attention_override, causal_attention, streaming_attention,
-                                      exact_part, hybrid_override, model_shape)
+                                      exact_part, hybrid_override)
 from .streaming import HeadPattern, LoraAdapter, classify_heads, streaming_heads
 
 # %% auto #0

@@ -6,9 +6,8 @@ Docs: https://kvstrat.github.io/kvstrat/docs.html.md"""
 
 # %% ../nbs/18_docs.ipynb #ec4c0bf5
 from __future__ import annotations
-import argparse, base64, importlib, json, re, shutil, subprocess, sys, time
+import json, re, subprocess
 from pathlib import Path
-from fastcore.imports import in_notebook
 
 # %% auto #0
 __all__ = ['SECTIONS', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes', 'page_title',

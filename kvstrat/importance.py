@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/importance.html.md"""
 # %% ../nbs/10_importance.ipynb #d0f0fa72
 from __future__ import annotations
 import json, math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 import torch

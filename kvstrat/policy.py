@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/policy.html.md"""
 
 # %% ../nbs/06_policy.ipynb #7937100e
 from __future__ import annotations
-import importlib, math
+import importlib
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace

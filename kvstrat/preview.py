@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/preview.html.md"""
 
 # %% ../nbs/18a_preview.ipynb #cd1f2831
 from __future__ import annotations
-import argparse, base64, importlib, json, re, shutil, subprocess, sys, time
+import argparse, base64, importlib, re, shutil, subprocess, sys, time
 from pathlib import Path
 from fastcore.imports import in_notebook
 from .docs import *

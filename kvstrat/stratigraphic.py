@@ -15,7 +15,7 @@ import torch
 import warnings
 from .core import *
 from .adapter import ModelSpec
-from .store import FP16, TierSpec, TierStore
+from .store import FP16, TierSpec
 from .policy import *
 from .cache import *
 from .baselines import *

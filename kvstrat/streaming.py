@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/streaming.html.md"""
 # %% ../nbs/12_streaming.ipynb #64e61379
 from __future__ import annotations
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from pathlib import Path
 from typing import ClassVar
@@ -15,9 +15,9 @@ import torch
 from contextlib import contextmanager, nullcontext
 from .core import package_data
 from .adapter import ModelSpec
-from .attention import allowed_slots, explicit_attention
+from .attention import explicit_attention
 from .linear_attention import (StreamParams, model_shape, feature, decayed_attention, combine_state,
-                                      attention_override, hybrid_override)
+                                      attention_override)
 from .policy import LayerView, Needs, Strategy, STRATEGIES, make_strategy, register
 from .cache import CompressedCache, CompressedLayer, prefill_cache
 
