@@ -20,7 +20,8 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 # %% auto #0
 __all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'NEUTRAL_KWARGS', 'LORA_TARGETS', 'FUSED_LORA_TARGETS',
            'ModelSpec', 'padding_mask_only', 'attention_scope', 'describe', 'running_model', 'tracking_forward',
-           'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager', 'lora_targets']
+           'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager', 'lora_targets',
+           'batch_repeated']
 
 # %% ../nbs/01_adapter.ipynb #3c6b1032
 SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2', 'gemma2', 'gemma3', 'gemma3_text',
@@ -169,3 +170,18 @@ def lora_targets(model) -> tuple[str, ...]:
     if missing := [t for t in targets if t not in names]:
         raise ValueError(f"{describe(model)} has no module named {missing}: its projections are not wired for LoRA")
     return targets
+
+# %% ../nbs/01_adapter.ipynb #9c1e0a02
+@contextmanager
+def batch_repeated(model, layer_idx:int, # the decoder layer whose input is repeated
+                   times:int): # copies of the batch it and the layers above it see
+    "Scope in which `model`'s hidden states are repeated `times` times along the batch from layer `layer_idx` on."
+    layers = model.get_decoder().layers
+    if not 0 <= layer_idx < len(layers): raise ValueError(f"layer {layer_idx} out of range: {len(layers)} layers")
+    def repeat(module, args, kwargs):
+        if args: return (args[0].repeat(times, *[1] * (args[0].ndim - 1)), *args[1:]), kwargs
+        h = kwargs['hidden_states']
+        return args, {**kwargs, 'hidden_states': h.repeat(times, *[1] * (h.ndim - 1))}
+    handle = layers[layer_idx].register_forward_pre_hook(repeat, with_kwargs=True)
+    try: yield model
+    finally: handle.remove()

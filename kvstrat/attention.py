@@ -11,12 +11,13 @@ import torch
 import torch.nn.functional as F
 from .quant import unpack_bits, scale_values
 from .store import EMPTY_SLOT, Encoded, LayerStore, TierSpec, TierStore, decode_rows, rotation
+from .store import group_heads, head_starts
 from . import kernels
 
 # %% auto #0
 __all__ = ['TIERED_MAX_QUERIES', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read', 'explicit_attention',
-           'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads', 'tiered_read', 'tier_blocks',
-           'blocked_read']
+           'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads', 'head_groups', 'tiered_read',
+           'tier_blocks', 'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -127,20 +128,20 @@ def _full_channel_groups(t:TierStore) -> bool:
 # %% ../nbs/05_attention.ipynb #066cc1af
 def _token_groups(e:Encoded, spec:TierSpec, is_key:bool, heads:int, D:int):
     "A per-token-group tier as codes `(heads, n, J, g)`, scale and offset `(heads, J, 1, n)`: code·scale + offset."
-    g = spec.key_group if is_key else spec.value_group
-    codes = _per_head(unpack_bits(e.data, spec.bits, D), heads).float().unflatten(-1, (D // g, g))
+    g, bits = (spec.key_group if is_key else spec.value_group), spec.bits_of(is_key)
+    codes = _per_head(unpack_bits(e.data, bits, D), heads).float().unflatten(-1, (D // g, g))
     scale = _per_head(scale_values(e.scale), heads).transpose(1, 2)[:, :, None] # (heads, J, 1, n)
-    offset = (-2 ** (spec.bits - 1) * scale if spec.symmetric
+    offset = (-2 ** (bits - 1) * scale if spec.symmetric
               else _per_head(e.zero.float(), heads).transpose(1, 2)[:, :, None])
     return codes, scale, offset
 
 # %% ../nbs/05_attention.ipynb #bf9491db
 def _channel_scores(t:TierStore, qg:torch.Tensor) -> torch.Tensor: # (B*H_kv, M, D) -> (B*H_kv, M, n)
     "Per-channel key groups: (q∘S_grp)·code + q·Z_grp, per group of key_group rows (never symmetric)."
-    spec, e, BH, D = t.spec, t.k, t.n_heads, t.D
-    if kernels.supports(qg, spec.bits, D):
-        return kernels.channel_scores(qg, e.data, scale_values(e.scale), e.zero.float(), spec.bits, spec.key_group)
-    codes = _per_head(unpack_bits(e.data, spec.bits, D), BH).float().unflatten(1, (-1, spec.key_group)) # (BH,G,r,D)
+    spec, e, BH, D, bits = t.spec, t.k, t.n_heads, t.D, t.spec.bits_of(True)
+    if kernels.supports(qg, bits, D):
+        return kernels.channel_scores(qg, e.data, scale_values(e.scale), e.zero.float(), bits, spec.key_group)
+    codes = _per_head(unpack_bits(e.data, bits, D), BH).float().unflatten(1, (-1, spec.key_group)) # (BH, G, r, D)
     S, Z = _per_head(scale_values(e.scale), BH), _per_head(e.zero.float(), BH) # (BH, G, D)
     dots = (qg[:, None] * S[:, :, None]) @ codes.transpose(-1, -2) + (qg @ Z.transpose(1, 2)).transpose(1, 2)[..., None]
     return dots.transpose(1, 2).flatten(2) # (BH, G, M, r) -> (BH, M, n)
@@ -155,8 +156,8 @@ def tier_scores(t:TierStore, qg:torch.Tensor, # (B*H_kv, M, D) float32 queries, 
     if spec.rotate: qg = qg @ rotation(D, qg.device) # keys are stored as y = k·H: q·k = (q·H)·y
     if spec.key_axis == 'channel': return _channel_scores(t, qg)
     zero = None if spec.symmetric else e.zero.float()
-    if kernels.supports(qg, spec.bits, D, spec.key_group):
-        return kernels.token_scores(qg, e.data, scale_values(e.scale), zero, spec.bits)
+    if kernels.supports(qg, spec.bits_of(True), D, spec.key_group):
+        return kernels.token_scores(qg, e.data, scale_values(e.scale), zero, spec.bits_of(True))
     codes, scale, offset = _token_groups(e, spec, True, BH, D) # s·(q_j·code_j) + z·Σq_j, per channel group j
     qj = qg.unflatten(-1, codes.shape[-2:]).transpose(1, 2) # (BH, J, M, g)
     return ((qj @ codes.permute(0, 2, 3, 1)) * scale + qj.sum(-1, keepdim=True) * offset).sum(1)
@@ -167,9 +168,9 @@ def tier_values(t:TierStore, p:torch.Tensor, # (B*H_kv, M, n) attention over the
     "Attention-weighted sum of one tier's values, from the codes where the scales fold."
     spec, e, BH, D = t.spec, t.v, t.n_heads, t.D
     if spec.bits is None: return p @ _per_head(decode_rows(e, spec, False, D, torch.float32), BH) # float or low-rank
-    if kernels.supports(p, spec.bits, D, spec.value_group):
+    if kernels.supports(p, spec.bits_of(False), D, spec.value_group):
         zero = None if spec.symmetric else e.zero.float()
-        out = kernels.token_values(p.contiguous(), e.data, scale_values(e.scale), zero, spec.bits, D)
+        out = kernels.token_values(p.contiguous(), e.data, scale_values(e.scale), zero, spec.bits_of(False), D)
     else:
         codes, scale, offset = _token_groups(e, spec, False, BH, D) # (p·s)·code_j + Σ p·z, per channel group j
         pj = p[:, None] # (BH, 1, M, n)
@@ -181,8 +182,67 @@ def tier_values(t:TierStore, p:torch.Tensor, # (B*H_kv, M, n) attention over the
 TIERED_MAX_QUERIES = 32
 
 def equal_heads(store:LayerStore) -> bool:
-    "Does every head hold the same number of rows in each tier (so each tier reads in place)?"
+    "Does every head hold the same number of rows in each tier (so each tier reads in place as one tensor)?"
     return all(len(set(t.counts.tolist())) == 1 for t in store.tiers)
+
+# %% ../nbs/05_attention.ipynb #90e68279
+def head_groups(t:TierStore) -> list[tuple[torch.Tensor|None, int]]:
+    "`(heads, n)` for each row count `n > 0` heads of `t` hold: the `(h,)` heads holding `n`, or None for every head."
+    counts = t.counts.tolist()
+    if len(set(counts)) == 1: return [(None, counts[0])] if counts[0] else []
+    return [((t.counts == n).nonzero().flatten(), n) for n in sorted(set(counts) - {0})]
+
+# %% ../nbs/05_attention.ipynb #e4c7f8aa
+def _ranges(first:torch.Tensor, length:torch.Tensor) -> torch.Tensor: # (h,) each run's first index, and its length
+    "`(Σ length,)` the indices `first[i], ..., first[i] + length[i] - 1`, run after run."
+    return (torch.repeat_interleave(first - head_starts(length), length)
+            + torch.arange(int(length.sum()), device=first.device))
+
+# %% ../nbs/05_attention.ipynb #ca10350d
+def _rows_of(t:TierStore, heads:torch.Tensor|None, # (h,) heads holding `n` rows each, ascending; None: every head
+             n:int, r0:int, r1:int) -> TierStore:
+    "Rows `r0:r1` of each of `heads`, as a tier of their own (packed bytes copied, nothing decoded; all rows: shared)."
+    h, kg = (t.n_heads if heads is None else len(heads)), t.spec.key_group
+    block = TierStore(t.spec, h, t.D, keep_pos=t.pos is not None, keep_score=False, device=t.counts.device)
+    block.counts = torch.full((h,), r1 - r0, dtype=torch.int32, device=t.counts.device)
+    if h * n == t.n and r1 - r0 == n: # the heads hold every row: the tier's head-major rows are theirs, as they are
+        block.k, block.v, block.pos = t.k, t.v, t.pos
+        return block
+    def take(x, per, a, b): # items a:b of each of `heads`, head j holding per[j] of them (b: an int, or (h,) ends)
+        if x is None: return None
+        if h * n == t.n: return _per_head(x, h)[:, a:b].contiguous().flatten(0, 1) # of every head with rows
+        length = b - a if torch.is_tensor(b) else torch.full_like(heads, b - a)
+        return x[_ranges(head_starts(per)[heads] + a, length)]
+    def encoded(e:Encoded) -> Encoded:
+        rows = lambda x: take(x, t.counts.long(), r0, r1)
+        if e.group_sizes is None: return Encoded(rows(e.data), rows(e.scale), rows(e.zero))
+        if r1 - r0 < n: per, a, b = t.counts.long() // kg, r0 // kg, r1 // kg # a block of whole key groups
+        else: # every group of each head (partial per-channel groups, a low-rank basis)
+            per = torch.bincount(group_heads(e, t.heads()), minlength=t.n_heads)
+            a, b = 0, per[heads]
+        return Encoded(rows(e.data), *(take(x, per, a, b) for x in (e.scale, e.zero, e.group_sizes)))
+    block.k, block.v, block.pos = encoded(t.k), encoded(t.v), take(t.pos, t.counts.long(), r0, r1)
+    return block
+
+# %% ../nbs/05_attention.ipynb #7aecbbf8
+def _slots(first:torch.Tensor, # (BH,) the tier's first slot in each head
+           heads:torch.Tensor|None, n:int, M:int) -> tuple:
+    "Index of a head group's `n` rows per head in `(BH, M, T)` scores: slices when every head starts alike."
+    if heads is None and bool((first == first[0]).all()): # every head's rows in the same slots: a view
+        return slice(None), slice(None), slice(int(first[0]), int(first[0]) + n)
+    heads = torch.arange(len(first), device=first.device) if heads is None else heads
+    cols = first[heads][:, None, None] + torch.arange(n, device=first.device) # (h, 1, n)
+    return heads[:, None, None], torch.arange(M, device=first.device)[:, None], cols
+
+# %% ../nbs/05_attention.ipynb #e78f4982
+def _scores(t:TierStore, qg:torch.Tensor, # (h, g*q, D) scaled queries of the tier's h heads
+            qpos:torch.Tensor, g:int, causal:bool, # causal: tier 0, which holds this chunk's tokens
+            softcap:float|None) -> torch.Tensor: # (h, g*q, n)
+    "A tier's capped scores; with `causal`, no query attends a later row (deeper tiers hold earlier tokens only)."
+    s = soft_cap(tier_scores(t, qg), softcap)
+    if not causal or len(qpos) == 1: return s
+    future = _per_head(t.pos, t.n_heads)[:, None, None, :] > qpos[:, None] # (h, 1, q, n)
+    return s.masked_fill(future.expand(t.n_heads, g, len(qpos), -1).flatten(1, 2), -math.inf)
 
 # %% ../nbs/05_attention.ipynb #753772ed
 def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
@@ -196,38 +256,46 @@ def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
     B, Hq, q, D = query.shape
     BH, g = store.B * store.H, Hq // store.H
     qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
-    tiers = [t for t in store.tiers if t.n] # tier 0 first: it holds this chunk's tokens
-    scores = [soft_cap(tier_scores(t, qg), softcap) for t in tiers]
-    if q > 1: # only tier 0 holds tokens of this chunk; deeper tiers hold earlier ones, visible to every query
-        future = _per_head(tiers[0].pos, BH)[:, None, None, :] > qpos[:, None] # (BH, 1, q, n0)
-        scores[0] = scores[0].masked_fill(future.expand(BH, g, q, -1).flatten(1, 2), float('-inf'))
-    p = torch.cat(scores, -1).softmax(-1) # (BH, g*q, T)
-    out = sum(tier_values(t, part) for t, part in zip(tiers, p.split([t.n // BH for t in tiers], -1)))
+    counts = torch.stack([t.counts for t in store.tiers]).long() # (n_tiers, BH)
+    first = torch.cumsum(counts, 0) - counts # each tier's first slot in each head, as in `LayerStore.slot_index`
+    scores = torch.full((BH, g * q, int(counts.sum(0).max())), -math.inf, device=query.device) # empty slots: -inf
+    groups = [] # (sub-tier, its heads, its slots)
+    for i, t in enumerate(store.tiers):
+        for heads, n in head_groups(t):
+            sub, slots = _rows_of(t, heads, n, 0, n), _slots(first[i], heads, n, g * q)
+            scores[slots] = _scores(sub, qg if heads is None else qg[heads], qpos, g, i == 0, softcap)
+            groups.append((sub, heads, slots))
+    p = scores.softmax(-1) # (BH, g*q, T)
+    out = torch.zeros(BH, g * q, D, device=query.device)
+    for sub, heads, slots in groups:
+        if heads is None: out += tier_values(sub, p[slots])
+        else: out[heads] += tier_values(sub, p[slots])
     probs = p.view(BH, g, q, -1).mean(1) if want_probs else None
     return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2), probs
 
 # %% ../nbs/05_attention.ipynb #fc11c7c8
 READ_BLOCK = 1024 # rows of every head the blocked read converts at a time: its workspace, whatever the context
 
-def tier_blocks(t:TierStore, size:int=READ_BLOCK) -> list[TierStore]:
-    "A tier whose heads hold equal rows as tiers of at most `size` rows per head (whole per-channel groups each)."
-    n, e = t.n // t.n_heads, t.k
-    if t.spec.rank is not None or (e.group_sizes is not None and not _full_channel_groups(t)): return [t]
-    step = size if e.group_sizes is None else max(size // t.spec.key_group, 1) * t.spec.key_group
-    return [_rows_of(t, r0, min(r0 + step, n)) for r0 in range(0, n, step)]
+def tier_blocks(t:TierStore, size:int=READ_BLOCK,
+                heads:torch.Tensor|None=None, # (h,) heads holding `n` rows each (`head_groups`); None: every head
+                n:int|None=None) -> list[TierStore]:
+    "Heads of a tier holding equal rows, as tiers of at most `size` rows per head (whole per-channel groups each)."
+    n, e = t.n // t.n_heads if n is None else n, t.k
+    if n == 0: return []
+    if t.spec.rank is not None or (e.group_sizes is not None and not _full_channel_groups(t)): step = n # one block
+    else: step = size if e.group_sizes is None else max(size // t.spec.key_group, 1) * t.spec.key_group
+    return [_rows_of(t, heads, n, r0, min(r0 + step, n)) for r0 in range(0, n, step)]
 
-# %% ../nbs/05_attention.ipynb #ca10350d
-def _rows_of(t:TierStore, r0:int, r1:int) -> TierStore:
-    "Rows `r0:r1` of every head of `t`, as a tier of their own (packed bytes copied, nothing decoded)."
-    BH, kg = t.n_heads, t.spec.key_group
-    rows = lambda x, a=r0, b=r1: None if x is None else _per_head(x, BH)[:, a:b].flatten(0, 1)
-    block = TierStore(t.spec, BH, t.D, keep_pos=t.pos is not None, keep_score=False, device=t.counts.device)
-    k, v = t.k, t.v
-    if k.group_sizes is None: block.k = Encoded(rows(k.data), rows(k.scale), rows(k.zero))
-    else: block.k = Encoded(rows(k.data), *(rows(x, r0 // kg, r1 // kg) for x in (k.scale, k.zero, k.group_sizes)))
-    block.v, block.counts = Encoded(rows(v.data), rows(v.scale), rows(v.zero)), torch.full_like(t.counts, r1 - r0)
-    if t.pos is not None: block.pos = rows(t.pos)
-    return block
+# %% ../nbs/05_attention.ipynb #043e8841
+def _fold(m:torch.Tensor, l:torch.Tensor, # (h, M, 1) running maximum score and normaliser of h heads
+          acc:torch.Tensor, # (h, M, D) their running weighted sum of values
+          s:torch.Tensor, # (h, M, n) scores of the block's rows
+          block:TierStore) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "Online softmax: the running `(m, l, acc)` with one block of rows folded in."
+    m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+    shift = torch.where(torch.isinf(m_new), 0., m_new) # nothing seen yet: no shift, weights stay 0
+    p, rescale = (s - shift).exp(), (m - shift).exp()
+    return m_new, l * rescale + p.sum(-1, keepdim=True), acc * rescale + tier_values(block, p)
 
 # %% ../nbs/05_attention.ipynb #8c074c11
 def blocked_read(query:torch.Tensor, # (B, H_q, q, D)
@@ -235,20 +303,17 @@ def blocked_read(query:torch.Tensor, # (B, H_q, q, D)
                  scaling:float, block:int=READ_BLOCK,
                  softcap:float|None=None, # attention-logit cap (`soft_cap`), applied to every block's scores
                 ) -> torch.Tensor: # (B, q, H_q, D)
-    "The tiered read, `block` rows per head at a time, with an online softmax across blocks and tiers."
+    "The tiered read, `block` rows per head at a time, with an online softmax across blocks, head groups and tiers."
     B, Hq, q, D = query.shape
     BH, g = store.B * store.H, Hq // store.H
     qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
     m = torch.full((BH, g * q, 1), -math.inf, device=query.device) # running maximum score
     l, acc = torch.zeros_like(m), torch.zeros(BH, g * q, D, device=query.device) # normaliser, weighted sum
     for i, t in enumerate(store.tiers):
-        for b in (tier_blocks(t, block) if t.n else []):
-            s = soft_cap(tier_scores(b, qg), softcap) # (BH, g*q, n_b)
-            if i == 0 and q > 1: # tier 0 holds this chunk's tokens: none attends a later one
-                future = _per_head(b.pos, BH)[:, None, None, :] > qpos[:, None] # (BH, 1, q, n_b)
-                s = s.masked_fill(future.expand(BH, g, q, -1).flatten(1, 2), -math.inf)
-            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-            shift = torch.where(torch.isinf(m_new), 0., m_new) # nothing seen yet: no shift, weights stay 0
-            p, rescale = (s - shift).exp(), (m - shift).exp()
-            l, acc, m = l * rescale + p.sum(-1, keepdim=True), acc * rescale + tier_values(b, p), m_new
+        for heads, n in head_groups(t):
+            qh = qg if heads is None else qg[heads] # (h, g*q, D)
+            for b in tier_blocks(t, block, heads, n):
+                s = _scores(b, qh, qpos, g, i == 0, softcap) # (h, g*q, n_b)
+                if heads is None: m, l, acc = _fold(m, l, acc, s, b)
+                else: m[heads], l[heads], acc[heads] = _fold(m[heads], l[heads], acc[heads], s, b)
     return (acc / l).to(query.dtype).view(B, Hq, q, D).transpose(1, 2)

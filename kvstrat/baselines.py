@@ -14,7 +14,7 @@ from .store import FP16, TierSpec
 from .policy import Needs, Strategy, register
 
 # %% auto #0
-__all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi']
+__all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows']
 
 # %% ../nbs/08_baselines.ipynb #9cb9fa47
 @register
@@ -85,13 +85,20 @@ def prepare(self:Kivi, spec):
     self.tiers(D) # validates key_axis, symmetric and scale_bits
 
 # %% ../nbs/08_baselines.ipynb #7474c9e6
-@patch
-def assign(self:Kivi, view): # the view holds tier 0 alone (ordered)
-    old = (view.pos < view.seen - self.residual) & (view.pos >= self.sinks)
+def sinking_rows(view, # an ordered strategy's view: tier 0 alone
+                 residual:int, sinks:int, # most recent and first tokens that stay
+                 group:int|None) -> torch.Tensor: # rows that leave together per head (None: any number)
+    "(N,) bool: each head's oldest rows past its first `sinks` and last `residual` tokens, in whole `group`s."
+    old = (view.pos < view.seen - residual) & (view.pos >= sinks)
     n_old = torch.bincount(view.head[old], minlength=view.batch * view.n_kv_heads)
-    # per-channel keys leave in whole token groups, oldest first
-    movable = n_old // self.group * self.group if self.key_axis == 'channel' else n_old
+    movable = n_old if group is None else n_old // group * group
     # Tier 0 only ever receives new tokens, so each head's rows are in position order: an old row's rank among its
     # head's old rows is their running count, less the old rows of the heads before it.
     before = torch.cumsum(n_old, 0) - n_old
-    return (old & (torch.cumsum(old, 0) <= (before + movable)[view.head])).long()
+    return old & (torch.cumsum(old, 0) <= (before + movable)[view.head])
+
+# %% ../nbs/08_baselines.ipynb #7474c9e7
+@patch
+def assign(self:Kivi, view): # the view holds tier 0 alone (ordered)
+    # per-channel keys leave in whole token groups, oldest first
+    return sinking_rows(view, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None).long()

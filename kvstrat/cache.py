@@ -28,7 +28,7 @@ class CompressedLayer(CacheLayerMixin):
 
     def __init__(self, strategy:Strategy, layer_idx:int, spec:ModelSpec,
                  derived=None, # what `strategy.prepare(spec)` returned
-                 tiered:bool=True): # attention may read the tiers in place when every head holds the same rows
+                 tiered:bool=True): # attention may read the tiers in place (False: always a dense copy)
         super().__init__()
         self.strategy, self.layer_idx, self.spec, self.derived, self.tiered = strategy, layer_idx, spec, derived, tiered
         self.needs, self.specs = strategy.needs(), strategy.tiers(spec.head_dim)
@@ -68,11 +68,11 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
 # %% ../nbs/07_cache.ipynb #fa65a675
 @patch
 def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) -> bool:
-    "May attention read the tiers in place? Every head must hold the same number of rows in each tier."
+    "May attention read the tiers in place? Heads of unequal rows may, unless the strategy wants the probabilities."
     # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
     # queries over 2k tokens would be about 75 MB per layer.
     return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None and self.state is None
-            and not self.needs.keys and equal_heads(self.store))
+            and not self.needs.keys and (not self.needs.attention or equal_heads(self.store)))
 
 @patch
 def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None) -> bool:

@@ -23,14 +23,14 @@ __all__ = ['GRID_LAM', 'GRID_LOG_GAIN', 'CLASSIFIERS', 'LORA_LR', 'calibration_w
 # %% ../nbs/13_calibration.ipynb #9457b273
 def calibration_windows(ids:torch.Tensor, # (N,) token ids of the evaluation text
                         n:int, length:int,
-                        eval_length:int=1024, # window length of the evaluations to avoid
+                        eval_length:int|tuple=1024, # window length(s) of the evaluations to avoid
                         eval_counts:tuple=(1, 2, 4, 8, 16)) -> tuple[torch.Tensor, list]: # window counts W to avoid
     "`(n, length)` windows spread over the tokens that no evaluation window covers, and their start offsets."
     taken = torch.zeros(len(ids), dtype=torch.bool)
-    for W in eval_counts:
-        if len(ids) < W * eval_length: continue
-        for s in torch.linspace(0, len(ids) - eval_length, W).long().tolist() if W > 1 else [0]:
-            taken[s:s + eval_length] = True
+    for L in (eval_length,) if isinstance(eval_length, int) else eval_length:
+        for W in eval_counts:
+            if len(ids) < W * L: continue
+            for s in torch.linspace(0, len(ids) - L, W).long().tolist() if W > 1 else [0]: taken[s:s + L] = True
     starts, s = [], 0
     while s + length <= len(ids):
         if taken[s:s + length].any(): s += int(taken[s:s + length].nonzero()[-1]) + 1

@@ -111,7 +111,8 @@ def example(cls:Strategy) -> Strategy:
     return cls()
 
 # %% ../nbs/06_policy.ipynb #24609544
-STRATEGY_MODULES = ('kvstrat.baselines', 'kvstrat.importance', 'kvstrat.stratigraphic', 'kvstrat.streaming')
+STRATEGY_MODULES = ('kvstrat.baselines', 'kvstrat.importance', 'kvstrat.stratigraphic', 'kvstrat.zoned',
+                    'kvstrat.streaming')
 
 class Registry(Mapping):
     "Strategy classes by name; the first look-up imports every strategy module."

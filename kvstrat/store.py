@@ -32,6 +32,7 @@ class TierSpec:
     rotate: bool = False # quantise x @ H (H an orthonormal Hadamard matrix) to spread outliers; rows decode as y @ Hᵀ
     rank: int|None = None # a low-rank tier: each row as `rank` fp16 coefficients on its head's frozen basis
     scale_bits: int = 16 # 16: fp16 scales; 8: 8-bit log2 codes, rounded up (`kvstrat.quant.log_scale_encode`)
+    value_bits: int|None = None # values' bit width in an integer tier, when not the keys'; None: `bits`
 
     def __post_init__(self):
         if self.bits not in (None, 8, 4, 3, 2): raise ValueError(f"unsupported bit width {self.bits}: use 8, 4, 3 or 2")
@@ -42,6 +43,16 @@ class TierSpec:
         if self.symmetric and self.key_axis == 'channel': raise ValueError("symmetric quantisation is per token only")
         if self.scale_bits not in SCALE_BITS:
             raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {self.scale_bits}")
+        if self.value_bits is not None:
+            if self.bits is None: raise ValueError("value_bits needs an integer tier (bits 8, 4, 3 or 2), "
+                                                   f"not a float or low-rank one, got value_bits={self.value_bits}")
+            if self.value_bits not in (8, 4, 3, 2):
+                raise ValueError(f"unsupported value bit width {self.value_bits}: use 8, 4, 3 or 2")
+            if self.value_bits == self.bits: object.__setattr__(self, 'value_bits', None) # one format, one spelling
+
+    def bits_of(self, is_key:bool) -> int|None:
+        "The bit width of the tier's keys (`is_key`) or values; None in a float or low-rank tier."
+        return self.bits if is_key or self.value_bits is None else self.value_bits
 
 FP16 = TierSpec()
 
@@ -92,9 +103,9 @@ def group_heads(e:Encoded, heads:torch.Tensor) -> torch.Tensor: # (N,) head of e
 def rotation(D:int, device) -> torch.Tensor: return hadamard(D).to(device) # (D, D), built once per size
 
 # %% ../nbs/04_store.ipynb #19481b17
-def _fused_quantize(x:torch.Tensor, spec:TierSpec, group:int) -> bool:
+def _fused_quantize(x:torch.Tensor, spec:TierSpec, is_key:bool, group:int) -> bool:
     "Do the CPU kernels quantise these rows (per-token groups, fp16 scales)?"
-    return x.ndim == 2 and spec.scale_bits == 16 and kernels.supports(x, spec.bits, x.shape[-1], group)
+    return x.ndim == 2 and spec.scale_bits == 16 and kernels.supports(x, spec.bits_of(is_key), x.shape[-1], group)
 
 # %% ../nbs/04_store.ipynb #50130f89
 def _encode_channel_groups(x:torch.Tensor, heads:torch.Tensor, spec:TierSpec) -> Encoded:
@@ -107,7 +118,7 @@ def _encode_channel_groups(x:torch.Tensor, heads:torch.Tensor, spec:TierSpec) ->
     slot = torch.arange(len(x), device=x.device) - first[gid]
     padded = x[first + sizes - 1][:, None, :].repeat(1, spec.key_group, 1) # (G, key_group, D)
     padded[gid, slot] = x
-    q = quantize(padded, spec.bits, spec.key_group, 'channel', scale_bits=spec.scale_bits)
+    q = quantize(padded, spec.bits_of(True), spec.key_group, 'channel', scale_bits=spec.scale_bits)
     return Encoded(q.packed[gid, slot], q.scale[:, 0], q.zero[:, 0], sizes.to(torch.int32))
 
 # %% ../nbs/04_store.ipynb #e9111bc5
@@ -118,10 +129,10 @@ def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
     if spec.bits is None: return Encoded(x.to(spec.fp_dtype or x.dtype))
     if spec.rotate: x = x.float() @ rotation(x.shape[-1], x.device)
     if is_key and spec.key_axis == 'channel': return _encode_channel_groups(x, heads, spec)
-    group = spec.key_group if is_key else spec.value_group
-    if _fused_quantize(x, spec, group) and (fused := kernels.quantize_rows(x, spec.bits, group, spec.symmetric)):
+    group, bits = (spec.key_group if is_key else spec.value_group), spec.bits_of(is_key)
+    if _fused_quantize(x, spec, is_key, group) and (fused := kernels.quantize_rows(x, bits, group, spec.symmetric)):
         return Encoded(*fused) # the same bits as `quantize`, in one call (it refuses NaN/Inf: `quantize` raises)
-    q = quantize(x, spec.bits, group, 'token', spec.symmetric, spec.scale_bits)
+    q = quantize(x, bits, group, 'token', spec.symmetric, spec.scale_bits)
     return Encoded(q.packed, q.scale, q.zero)
 
 # %% ../nbs/04_store.ipynb #74bcc413
@@ -129,14 +140,15 @@ def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows,
                 heads:torch.Tensor, spec:TierSpec) -> tuple[Encoded, Encoded]:
     "Encode new keys and values; one torch quantisation for both when they share a per-token format (fewer ops)."
     if (spec.bits is None or spec.key_axis != 'token' or spec.key_group != spec.value_group # cheap apart
-        or _fused_quantize(k, spec, spec.key_group)): # or one kernel call each
+        or spec.value_bits is not None or _fused_quantize(k, spec, True, spec.key_group)): # or one kernel call each
         return encode_rows(k, heads, spec, True), encode_rows(v, heads, spec, False)
     both = encode_rows(torch.stack([k, v]), heads, spec, False) # (2, n, ...) per token: keys group like values here
     return tuple(Encoded(both.data[i], both.scale[i], None if both.zero is None else both.zero[i]) for i in range(2))
 
 # %% ../nbs/04_store.ipynb #78f62790
 def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: # (N, D) float32
-    codes = unpack_bits(e.data, spec.bits, D).to(torch.float32) # (N, D), then scaled in place: no temporaries
+    bits = spec.bits_of(is_key)
+    codes = unpack_bits(e.data, bits, D).to(torch.float32) # (N, D), then scaled in place: no temporaries
     if is_key and spec.key_axis == 'channel':
         sizes = e.group_sizes.long()
         scale, zero = scale_values(e.scale).repeat_interleave(sizes, 0), e.zero.float().repeat_interleave(sizes, 0)
@@ -144,7 +156,7 @@ def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: #
     g = spec.key_group if is_key else spec.value_group
     grouped = codes.view(len(codes), D // g, g) # broadcast each group's scale instead of repeating it
     scale = scale_values(e.scale)[..., None]
-    if spec.symmetric: grouped.sub_(2 ** (spec.bits - 1)).mul_(scale)
+    if spec.symmetric: grouped.sub_(2 ** (bits - 1)).mul_(scale)
     else: grouped.mul_(scale).add_(e.zero.float()[..., None])
     return codes
 

@@ -1,4 +1,4 @@
-"""Our method: per-head zones FP16 → INT8 → INT4 (→ INT2) → evicted, one way only, with anchors pinned at FP16, a layer budget schedule, and one knob: the measured compression ratio.
+"""Our method: each KV head's keys and values get their own precision, calibrated by the KL each costs, and sink one way from fp16 into it in whole key groups; one knob, the compression ratio.
 
 Docs: https://kvstrat.github.io/kvstrat/stratigraphic.html.md"""
 
@@ -6,13 +6,12 @@ Docs: https://kvstrat.github.io/kvstrat/stratigraphic.html.md"""
 
 # %% ../nbs/11_stratigraphic.ipynb #0b5afed3
 from __future__ import annotations
-import json, math
-from dataclasses import dataclass, field
-from fastcore.basics import patch
+import json, math, warnings
+from dataclasses import dataclass
 from pathlib import Path
+from fastcore.basics import patch
 from typing import ClassVar
 import torch
-import warnings
 from .core import *
 from .adapter import ModelSpec
 from .store import FP16, TierSpec
@@ -21,342 +20,133 @@ from .cache import *
 from .baselines import *
 from .protocol import *
 from .importance import *
+from .sensitivity import *
+from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'ANCHOR', 'row_bytes', 'basis_bytes', 'layer_weights', 'HeadProfile', 'calibrate_profile', 'parse_zones',
-           'Stratigraphic', 'StratPlan', 'zone_history', 'Adaptive', 'sweep', 'sweep_table', 'load_model', 'load_text',
-           'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache',
-           'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl',
-           'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV',
-           'H2O', 'KeyNorm', 'Streaming', 'Hybrid']
+__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'Stratigraphic', 'load_model', 'load_text', 'tokenize', 'eval_windows',
+           'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES',
+           'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta',
+           'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned',
+           'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity',
+           'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
          'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
          'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full',
-         'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Streaming', 'Hybrid']
+         'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive',
+         'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity',
+         'load_sensitivity', 'allocate']
 
-# %% ../nbs/11_stratigraphic.ipynb #951ab14a
-def row_bytes(spec:TierSpec, head_dim:int, keep_pos:bool=True, keep_score:bool=True) -> float:
-    "Bytes one (token, head) row costs in a tier: keys + values + their group parameters + per-row metadata."
-    meta = 4 * keep_pos + 4 * keep_score
-    if spec.rank is not None: return 2 * spec.rank * 2 + meta # fp16 coefficients; the head's basis is in `basis_bytes`
-    if spec.bits is None: return 2 * head_dim * (spec.fp_dtype or torch.float32).itemsize + meta
-    params = 2 if spec.symmetric else 4 # fp16 scale (+ zero-point) per group
-    codes = math.ceil(head_dim * spec.bits / 8)
-    k_params = params * head_dim / spec.key_group # per token along D, or per channel amortised over a token group
-    return 2 * codes + k_params + params * head_dim / spec.value_group + meta
-
-# %% ../nbs/11_stratigraphic.ipynb #8231b85e
-def basis_bytes(spec:TierSpec, head_dim:int) -> float:
-    ("Bytes a head holds in a tier besides its rows: a low-rank tier's fp16 basis and mean and int32 group size, "
-     "×2 (K, V).")
-    return 0. if spec.rank is None else 2 * ((head_dim * spec.rank + head_dim) * 2 + 4)
-
-# %% ../nbs/11_stratigraphic.ipynb #7ad9a523
-SCHEDULES = ('inverted', 'pyramid', 'uniform')
-
-def layer_weights(n_layers:int, schedule:str='inverted', strength:float=0.6) -> torch.Tensor:
-    "(n_layers,) budget weights with mean 1."
-    if schedule not in SCHEDULES: raise ValueError(f"unknown layer schedule {schedule!r}; use one of {SCHEDULES}")
-    if not 0 <= strength <= 1: raise ValueError(f"schedule strength must be in [0, 1], got {strength}")
-    ramp = torch.arange(n_layers) / max(n_layers - 1, 1)
-    w = {'inverted': (1 - strength) + strength * ramp, 'pyramid': (1 - strength) + strength * ramp.flip(0),
-         'uniform': torch.ones(n_layers)}[schedule]
-    return w / w.mean()
-
-# %% ../nbs/11_stratigraphic.ipynb #1462ffa9
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0002
 @dataclass
-class HeadProfile:
-    "Per-(layer, KV head) budget weights, with the statistic they came from."
-    weights: torch.Tensor # (n_layers, n_kv_heads), mean 1 per layer
-    stat: torch.Tensor|None = None # (n_layers, n_kv_heads) calibration statistic, e.g. attention entropy
-    source: str = ''
+class PrecisionPlan:
+    "What Stratigraphic derives for one model: the tier every (layer, KV head)'s rows sink into."
+    tier: torch.Tensor # (n_layers, n_kv_heads) tier index (1 + key width index · 4 + value width index)
+    widths: torch.Tensor # (n_layers, n_kv_heads, 2) bits of the head's keys and values
+    planned: float # the compression the plan reaches at `length` tokens
+    source: str # what calibration it came from
 
-    def save(self, path, spec:ModelSpec|None=None): # with `spec`, `profile='auto'` can find it by model shape
-        shape = None if spec is None else [spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim]
-        Path(path).write_text(json.dumps({'weights': self.weights.tolist(), 'source': self.source, 'shape': shape,
-                                          'stat': None if self.stat is None else self.stat.tolist()}, indent=1))
-    @classmethod
-    def load(cls, path, spec:ModelSpec|None=None) -> HeadProfile:
-        d = json.loads(Path(path).read_text())
-        p = cls(torch.tensor(d['weights'], dtype=torch.float32),
-                None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', ''))
-        if spec is not None and tuple(p.weights.shape) != (spec.n_layers, spec.n_kv_heads):
-            raise ValueError(f"profile {path} is for {tuple(p.weights.shape)} (layers, KV heads), "
-                             f"but the model has ({spec.n_layers}, {spec.n_kv_heads})")
-        return p
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0003
+def uniform_sensitivity(spec:ModelSpec, family:FormatFamily) -> Sensitivity:
+    "Every tensor of every head costs alike: the allocation then gives all of them the same widths where it can."
+    per_width = torch.tensor([4.0 ** -b for b in FORMAT_BITS]) # fewer bits cost more, by the same factor for all
+    shape = (spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim)
+    return Sensitivity(per_width.expand(spec.n_layers, spec.n_kv_heads, 2, -1).clone(), FORMAT_BITS, family, shape,
+                       'uniform: every head alike')
 
-    @classmethod
-    def from_stat(cls, stat:torch.Tensor, # (n_layers, n_kv_heads), larger = needs more budget
-                  power:float=1.0, clip:float=4.0, source:str='') -> HeadProfile:
-        "Weights ∝ stat**power, clipped to [1/clip, clip] of the layer mean, then renormalised to mean 1 per layer."
-        w = stat.float().clamp(min=1e-6) ** power
-        w = (w / w.mean(1, keepdim=True)).clamp(1 / clip, clip)
-        return cls(w / w.mean(1, keepdim=True), stat, source)
-
-# %% ../nbs/11_stratigraphic.ipynb #c2d1a37b
-@dataclass
-class _EntropyProbe(Strategy):
-    "Keeps every token exactly; records each KV head's mean attention entropy per query."
-    name: ClassVar[str] = 'entropy-probe'
-    def needs(self): return Needs(attention=True, fp_dtype=None)
-    def prepare(self, spec): return dict(sums={}, counts={}) # per layer: entropy summed over queries, and queries
-    def observe(self, view, probs): # probs (N, q)
-        ent = torch.zeros(view.batch * view.n_kv_heads, probs.shape[1], device=probs.device)
-        ent.index_add_(0, view.head, -(probs * probs.clamp(min=1e-12).log()).float())
-        sums, counts, i = view.derived['sums'], view.derived['counts'], view.layer_idx
-        sums[i] = sums.get(i, 0) + ent.sum(1).view(view.batch, -1).sum(0)
-        counts[i] = counts.get(i, 0) + view.batch * probs.shape[1]
-
-# %% ../nbs/11_stratigraphic.ipynb #d6fecec9
-@torch.no_grad()
-def calibrate_profile(model, windows:torch.Tensor, # (W, L) calibration tokens, disjoint from evaluation text
-                      power:float=1.0, source:str='') -> HeadProfile:
-    "A `HeadProfile` from each KV head's attention entropy on `windows` (prefill only)."
-    spec, probe = ModelSpec.of(model), _EntropyProbe()
-    cache = CompressedCache(model, probe)
-    cache.layers = [CompressedLayer(probe, i, spec, cache.derived) for i in range(spec.n_layers)] # sliding ones too
-    with cache.attached(model): prefill_cache(model, cache, windows.to(next(model.parameters()).device))
-    log = cache.derived
-    stat = torch.stack([log['sums'][l] / log['counts'][l] for l in range(spec.n_layers)]).cpu()
-    return HeadProfile.from_stat(stat, power, source=source)
-
-# %% ../nbs/11_stratigraphic.ipynb #26f60c94
-def parse_zones(zones:str, # fractions of the tokens seen, 'a/b/c'
-                name:str, most:int, # the strategy (for the error), and the most zones it has
-                exactly:bool=False) -> list[float]: # must it have `most` zones?
-    "The zone fractions of `zones`, checked: non-negative numbers summing to at most 1."
-    try: f = [float(x) for x in zones.split('/')]
-    except ValueError: f = []
-    n = f"{most}" if exactly else f"1-{most}"
-    if not (len(f) == most if exactly else 1 <= len(f) <= most) or any(not x >= 0 for x in f) or sum(f) > 1 + 1e-9:
-        raise ValueError(f"{name}: zones must be {n} non-negative fractions summing to at most 1, got {zones!r}")
-    return f
-
-# %% ../nbs/11_stratigraphic.ipynb #f8377fe5
-ANCHOR = 1e6 # added to a row's score to pin it: attention sums stay far below it
-
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0004
 @register
 @dataclass
 class Stratigraphic(Strategy):
-    ("Per-head one-way zones FP16 → INT8 → INT4 (→ INT2) → evicted, anchors at FP16, "
-     "meeting a measured compression ratio.")
+    ("Calibrated per-head precision: each (layer, KV head)'s keys and values sink one way, in whole key groups, "
+     "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio.")
     name: ClassVar[str] = 'stratigraphic'
-    ratio: float = 4.0 # target compression, fp16 bytes / bytes held, as cache.nbytes() measures it
-    schedule: str = 'uniform' # layer budget schedule: uniform, inverted (the original's) or pyramid; see the ablation
-    strength: float = 0.6 # λ of the schedule
-    profile: str = 'none' # per-head profile JSON; 'auto': the shipped one for this model shape; 'none': uniform
-    zones: str = '0.3/0.3/0.25' # template fractions of the FP16/INT8/INT4[/INT2] zones; the rest is evicted
-    residual: int = 32 # most recent tokens pinned at FP16
-    sinks: int = 4 # first tokens pinned at FP16
-    anchor_pct: float = 0.99 # importance percentile above which a token is an anchor (1 disables)
-    anchor_cap: float = 0.05 # at most this fraction of tokens seen is pinned as anchors
-    topic: bool = True # pin topic-shift boundaries (key-direction change, window 32, threshold 0.3)
-    one_way: bool = True # zones only deepen (the ablation turns this off)
-    keys: str = 'token' # key grouping in the integer zones: 'token' (no waiting for token groups) or 'channel'
-    rotate: bool = True # Hadamard-rotate INT4/INT2 rows (spreads outliers of per-token groups)
-    group: int = 64 # group size of the integer zones
-    bedrock: int = 0 # rank of a low-rank zone for rows that would be evicted (0: evict them)
+    ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
+    calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'
+    length: int = 1024 # context the target is planned at: the fp16 sinks and window weigh more in a shorter one
+    residual: int = 12 # most recent tokens kept at fp16 (and up to `group - 1` more, until a whole group can sink)
+    sinks: int = 4 # first tokens kept at fp16
+    group: int = 32 # tokens per per-channel key group: rows sink in whole groups of this many
 
-    def __post_init__(self): parse_zones(self.zones, self.name, 4)
-    def needs(self): return Needs(attention=True, scores=True, keys=self.topic, one_way=self.one_way)
+    def needs(self): return Needs(ordered=True)
     @property
-    def fractions(self) -> list[float]: return parse_zones(self.zones, self.name, 4)
+    def family(self) -> FormatFamily: return FormatFamily(key_group=self.group)
+    def tiers(self, head_dim:int):
+        return (FP16, *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod
-    def example(cls): return cls(ratio=3.0, residual=8, group=16, profile='')
+    def example(cls): return cls(ratio=2.5, residual=8, sinks=2, group=8, length=96)
 
-# %% ../nbs/11_stratigraphic.ipynb #93bc0948
-@dataclass
-class StratPlan:
-    "What Stratigraphic derives for one model: budgets per layer and head, and what each zone's row costs."
-    layer_w: torch.Tensor # (n_layers,) layer budget weights, mean 1
-    head_w: torch.Tensor # (n_layers, n_kv_heads) per-head weights, mean 1 per layer
-    costs: torch.Tensor # (n_zones + 1,) bytes per row in each zone; the last, evicted, costs 0
-    basis_cost: float # bytes of each head that holds bedrock rows (0 without a bedrock)
-    fp16_row: int # what the fp16 reference holds per (token, head)
-    profile: str # where the per-head weights came from
-    short_warned: list = field(default_factory=list) # a warning that the target is out of reach was given (once)
-
-# %% ../nbs/11_stratigraphic.ipynb #e0e1c004
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0005
 @patch
-def prepare(self:Stratigraphic, spec:ModelSpec) -> StratPlan:
+def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
+    "The calibration `self.calibration` names, checked against the model and the formats."
+    if self.calibration == 'uniform': return uniform_sensitivity(spec, self.family)
+    if self.calibration != 'auto':
+        if not Path(self.calibration).is_file():
+            raise ValueError(f"stratigraphic: calibration {self.calibration!r} is not 'auto', 'uniform' or a file")
+        s = load_sensitivity(self.calibration, spec)
+    else:
+        shape = [spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim]
+        found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
+                 if json.loads(p.read_text())['shape'] == shape]
+        if not found:
+            s = uniform_sensitivity(spec, self.family)
+            s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
+            return s
+        s = load_sensitivity(found[0], spec)
+    if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
+        raise ValueError(f"stratigraphic: calibration {self.calibration} was measured for {s.family} at widths "
+                         f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS}")
+    return s
+
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0006
+@patch
+def fp16_held(self:Stratigraphic, head_dim:int) -> tuple[float, int]:
+    "Rows each head holds at fp16 at `length` at most (sinks, window, a key group but one), and bytes per such row."
+    return self.sinks + self.residual + self.group - 1, 2 * 2 * head_dim + 4 # fp16 keys, values, int32 pos
+
+@patch
+def compression_at(self:Stratigraphic, row_bytes:float, head_dim:int) -> float:
+    "The compression at `length` tokens when every sunk row costs `row_bytes` (keys and values together)."
+    held, fp_row = self.fp16_held(head_dim)
+    return self.length * 2 * 2 * head_dim / (held * fp_row + (self.length - held) * row_bytes)
+
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0007
+@patch
+def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
+    D = spec.head_dim
     if not self.ratio >= 1:
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
-    if not 0 < self.anchor_pct <= 1 or not 0 <= self.anchor_cap <= 1:
-        raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
-    if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
-    if spec.head_dim % self.group: raise ValueError(f"group {self.group} must divide head_dim {spec.head_dim}")
-    if not 0 <= self.bedrock <= spec.head_dim:
-        raise ValueError(f"bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
-    specs, profile = self.tiers(spec.head_dim), self.resolve_profile(spec)
-    costs = torch.tensor([row_bytes(t, spec.head_dim) for t in specs] + [0.]) # last: evicted
-    return StratPlan(layer_weights(spec.n_layers, self.schedule, self.strength), profile.weights, costs,
-                     basis_bytes(specs[-1], spec.head_dim), 2 * 2 * spec.head_dim, profile.source)
+    if self.residual < 0 or self.sinks < 0 or self.group < 1:
+        raise ValueError(f"stratigraphic residual and sinks must be >= 0 and group >= 1, got "
+                         f"{self.residual}, {self.sinks}, {self.group}")
+    held, fp_row = self.fp16_held(D)
+    if self.length <= held:
+        raise ValueError(f"stratigraphic length {self.length} must exceed the ~{held:g} tokens each head holds at fp16")
+    sens, rb = self.sensitivity(spec), format_row_bytes(self.family, D) # rb (2, widths): keys, values
+    widest, narrowest = rb.max(1).values.sum().item(), rb.min(1).values.sum().item() # bytes per row, K + V
+    lo, hi = self.compression_at(widest, D), self.compression_at(narrowest, D)
+    if self.ratio > hi + 1e-9:
+        raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its widths "
+                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens or a lower ratio)")
+    if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what 8 bits everywhere reach "
+                                      f"({lo:.2f}x): every head is stored at 8 bits", stacklevel=2)
+    target = (self.length * 2 * 2 * D / self.ratio - held * fp_row) / (self.length - held)
+    w = allocate(sens, rb, max(target, narrowest))
+    spent = rb[torch.arange(2), w].sum(-1).mean().item()
+    bits = torch.tensor(FORMAT_BITS)
+    return PrecisionPlan(1 + w[..., 0] * len(FORMAT_BITS) + w[..., 1], bits[w], self.compression_at(spent, D),
+                         sens.source)
 
-# %% ../nbs/11_stratigraphic.ipynb #99032e25
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
-def provenance(self:Stratigraphic, plan:StratPlan) -> str|None:
-    return None if self.profile in ('', 'none') else plan.profile
+def provenance(self:Stratigraphic, plan:PrecisionPlan) -> str|None: return plan.source
 
-# %% ../nbs/11_stratigraphic.ipynb #fa2fda93
 @patch
-def resolve_profile(self:Stratigraphic, spec:ModelSpec) -> HeadProfile:
-    "The profile named by `self.profile`; uniform weights for '' / 'none' or when 'auto' finds none for this shape."
-    if self.profile in ('', 'none'): return HeadProfile(torch.ones(spec.n_layers, spec.n_kv_heads), source='uniform')
-    if self.profile != 'auto': return HeadProfile.load(self.profile, spec)
-    for p in sorted(package_data().glob('profile-*.json')):
-        d = json.loads(p.read_text())
-        if d.get('shape') == [spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim]:
-            return HeadProfile.load(p, spec)
-    return HeadProfile(torch.ones(spec.n_layers, spec.n_kv_heads), source='uniform (no shipped profile for this shape)')
-
-# %% ../nbs/11_stratigraphic.ipynb #c7a2f8a4
-@patch
-def tiers(self:Stratigraphic, head_dim:int):
-    bits = [8, 4, 2][:len(self.fractions) - 1]
-    ints = [TierSpec(b, self.keys, self.group, self.group, rotate=self.rotate and b < 8) for b in bits]
-    return (FP16, *ints, *([TierSpec(rank=self.bedrock)] if self.bedrock else []))
-
-# %% ../nbs/11_stratigraphic.ipynb #f8582af7
-@patch
-def observe(self:Stratigraphic, view:LayerView, probs:torch.Tensor) -> torch.Tensor:
-    "Accumulate attention; mark topic-shift boundaries as anchors once (they stay marked)."
-    score = accumulate_attention(view.score, probs)
-    if self.topic:
-        boundary = topic_shift_boundaries(view.keys, view.pos, view.head, window=32, threshold=0.3)
-        score = torch.where(boundary & (score < ANCHOR), score + ANCHOR, score)
-    return score
-
-# %% ../nbs/11_stratigraphic.ipynb #785f0d16
-@patch
-def pinned(self:Stratigraphic, view:LayerView, importance:torch.Tensor) -> torch.Tensor:
-    "(N,) rows held at FP16: sinks, the recent window, and anchors up to the cap."
-    pin = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, self.residual)
-    n_head = torch.bincount(view.head, minlength=view.batch * view.n_kv_heads)[view.head]
-    top = rank_in_head(view.head, -importance) < (1 - self.anchor_pct) * n_head # above the percentile
-    anchor = (top | (view.score >= ANCHOR)) & ~pin
-    # the cap keeps the most important anchors
-    within_cap = rank_in_head(view.head, torch.where(anchor, -importance, math.inf)) < self.anchor_cap * view.seen
-    return pin | (anchor & within_cap)
-
-# %% ../nbs/11_stratigraphic.ipynb #6b5639d3
-@patch
-def plan(self:Stratigraphic, view:LayerView,
-         x:torch.Tensor, # (B*H_kv,) pressure per head, in [0, 2] ([-1, 2] with a bedrock)
-         rank:torch.Tensor, pinned:torch.Tensor) -> torch.Tensor:
-    """(N,) zone of every row. `x` in [1, 2]: every token is kept; ranks below `(x-1)/f₀ · cum(f) · seen` rise
-    into the upper zones, the rest sit in the deepest. `x` in [0, 1): the top `x` of each head's rows stay in the
-    deepest zone, the rest go one deeper (the bedrock, or evicted). `x` in [-1, 0), with a bedrock: its top `1+x`
-    stay, the rest go."""
-    f = torch.tensor(self.fractions, device=rank.device)
-    deepest = len(f) - 1
-    n_rows = torch.bincount(view.head, minlength=len(x))[view.head]
-    xs = x[view.head]
-    bounds = ((xs - 1).clamp(min=0) / f[0])[:, None] * f[:-1].cumsum(0)[None] * view.seen # (N, deepest)
-    # the second term: x < 0 only
-    low = torch.where(rank < xs * n_rows, deepest, deepest + 1) + (rank >= (1 + xs) * n_rows)
-    zone = torch.where(xs >= 1, (rank[:, None] >= bounds).sum(1), low)
-    zone = torch.where(pinned, 0, zone)
-    return torch.maximum(zone, view.tier) if self.one_way else zone
-
-# %% ../nbs/11_stratigraphic.ipynb #3c544db7
-@patch
-def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor:
-    anchor_flag = view.score >= ANCHOR
-    importance = h2o_scores(view.score - ANCHOR * anchor_flag, view.pos, view.seen, mean=True)
-    pinned = self.pinned(view, importance)
-    rank = rank_in_head(view.head, torch.where(pinned, -math.inf, -importance))
-    n_heads, plan = view.batch * view.n_kv_heads, view.derived
-    h = torch.arange(n_heads, device=rank.device) % view.n_kv_heads
-    weight = plan.layer_w[view.layer_idx] * plan.head_w[view.layer_idx].to(h.device)[h]
-    budget = view.seen * plan.fp16_row / self.ratio * weight
-    costs, bedrock = plan.costs.to(rank.device), len(plan.costs) - 2 # the bedrock's zone, when there is one
-    lo = torch.full((n_heads,), -1. if self.bedrock else 0., device=rank.device)
-    hi, ever_fit = torch.full((n_heads,), 2., device=rank.device), torch.zeros(n_heads, dtype=torch.bool)
-    for _ in range(20): # bisection for the largest pressure whose plan fits each head's budget
-        mid = (lo + hi) / 2
-        zone = self.plan(view, mid, rank, pinned)
-        spent = torch.bincount(view.head, weights=costs[zone], minlength=n_heads)
-        if self.bedrock: spent += plan.basis_cost * (torch.bincount(view.head[zone == bedrock], minlength=n_heads) > 0)
-        fits = spent <= budget
-        lo, hi, ever_fit = torch.where(fits, mid, lo), torch.where(fits, hi, mid), ever_fit | fits.cpu()
-    zone = self.plan(view, lo, rank, pinned)
-    if not ever_fit.all(): self.warn_short(view, zone, plan)
-    return zone
-
-# %% ../nbs/11_stratigraphic.ipynb #b118b3db
-@patch
-def warn_short(self:Stratigraphic, view:LayerView, zone:torch.Tensor, plan:StratPlan):
-    "Warn, once per cache, that some head cannot meet the target: what this layer holds is the most it reaches."
-    if plan.short_warned: return
-    plan.short_warned.append(view.layer_idx)
-    held = plan.costs.to(zone.device)[zone].sum().item()
-    reach = view.seen * view.batch * view.n_kv_heads * plan.fp16_row / max(held, 1)
-    warnings.warn(f"stratigraphic: ratio {self.ratio:g} is out of reach after {view.seen} tokens: layer "
-                  f"{view.layer_idx} holds {reach:.2f}x at most (sinks, the recent window and anchors stay fp16), so "
-                  "the measured ratio falls short; a longer context, fewer pinned tokens or a lower ratio reach it",
-                  stacklevel=2)
-
-# %% ../nbs/11_stratigraphic.ipynb #70b2b6a9
-@torch.no_grad()
-def zone_history(model, strategy, ids:torch.Tensor, # (B, T) token ids
-                 chunk:int=8) -> tuple[list[dict], CompressedCache]:
-    "After each chunk: {(layer, flat head, position): zone} for every held token (all zones keep positions)."
-    cache, history = CompressedCache(model, make_strategy(strategy)), []
-    with cache.attached(model):
-        for i in range(0, ids.shape[1], chunk):
-            model(ids[:, i:i+chunk], cache=cache, use_cache=True)
-            history.append({(l, int(h), int(p)): i_t for l, layer in enumerate(cache.layers)
-                            if isinstance(layer, CompressedLayer) for i_t, t in enumerate(layer.store.tiers)
-                            for h, p in zip(t.heads().tolist(), t.pos.tolist())})
-    return history, cache
-
-# %% ../nbs/11_stratigraphic.ipynb #cfc560aa
-@register
-@dataclass
-class Adaptive(Strategy):
-    "The original's Adaptive Tiered cache: fixed 25/30/25/20 % FP16/INT8/INT4/evicted by importance, re-planned freely."
-    name: ClassVar[str] = 'adaptive'
-    zones: str = '0.25/0.3/0.25' # FP16/INT8/INT4 fractions of tokens seen; the rest is evicted
-    group: int = 64
-
-    def __post_init__(self): parse_zones(self.zones, self.name, 3, exactly=True)
-    def needs(self): return Needs(attention=True, scores=True, one_way=False)
-    @classmethod
-    def example(cls): return cls(group=16)
-    def prepare(self, spec):
-        if spec.head_dim % self.group: raise ValueError(f"group {self.group} must divide head_dim {spec.head_dim}")
-    def tiers(self, head_dim:int):
-        return (FP16, TierSpec(8, 'token', self.group, self.group), TierSpec(4, 'channel', self.group, self.group))
-    def observe(self, view, probs): return accumulate_attention(view.score, probs)
-    def assign(self, view):
-        rank = rank_in_head(view.head, -h2o_scores(view.score, view.pos, view.seen, mean=True))
-        cum = torch.tensor(parse_zones(self.zones, self.name, 3), device=rank.device).cumsum(0) * view.seen
-        return (rank[:, None] >= cum[None]).sum(1)
-
-# %% ../nbs/11_stratigraphic.ipynb #9babafb0
-def sweep(out:str|Path, strategies:list[str], model='smollm2-135m', text='auto', windows:int=2, length:int=1024,
-          prefill:int=512, chunk:int=16):
-    "Protocol P for each strategy (full first), one JSON line per finished run; finished runs are skipped on rerun."
-    out = Path(out); done = {(r := json.loads(l))['arg']: r for l in out.open()} if out.exists() else {}
-    m, tok = load_model(model); txt, name = load_text(text)
-    wins = eval_windows(tokenize(tok, txt), windows, length)
-    for s, r, _ in against_full(m, wins, strategies, prefill, chunk, done):
-        if s in done: continue
-        with out.open('a') as f:
-            f.write(json.dumps(dict(r, arg=s, text=name, window_nll=r['window_nll'].tolist())) + '\n')
-
-# %% ../nbs/11_stratigraphic.ipynb #6b653de0
-def sweep_table(path:str|Path) -> list[dict]:
-    "Rows of a sweep file with ΔPPL % and its paired standard error against `full`."
-    rows = [json.loads(l) for l in Path(path).open()]
-    full = next(r for r in rows if r['arg'] == 'full')['window_nll']
-    out = []
-    for r in rows:
-        d, se = paired_delta(r['window_nll'], full)
-        out.append(dict(strategy=r['arg'], ppl=r['ppl'], dppl_pct=100 * (math.exp(d) - 1),
-                        se_pct=float('nan') if se is None else 100 * se, compression=r['compression'],
-                        windows=len(full)))
-    return out
+def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds tier 0 alone (ordered)
+    sink = sinking_rows(view, self.residual, self.sinks, self.group)
+    tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
+    return torch.where(sink, tier, 0)

@@ -327,15 +327,15 @@ def assign(self:Streaming, view:LayerView): return self.fold_due(view, self.stre
 @register
 @dataclass
 class Hybrid(Streaming):
-    "Streaming heads as in `streaming`; the retrieval heads are stored by `stratigraphic` at compression `ratio`."
+    "Streaming heads as in `streaming`; the retrieval heads are stored by `zoned` at compression `ratio`."
     name: ClassVar[str] = 'hybrid'
-    ratio: float = 3.0 # stratigraphic's target compression for the retrieval heads
-    residual: int = 32 # stratigraphic's fp16 recent window
-    group: int = 64 # stratigraphic's quantisation group
+    ratio: float = 3.0 # zoned's target compression for the retrieval heads
+    residual: int = 32 # zoned's fp16 recent window
+    group: int = 64 # zoned's quantisation group
 
     @property
-    def inner(self) -> Strategy: # looked up by name: stratigraphic's module builds on this one
-        return STRATEGIES['stratigraphic'](ratio=self.ratio, residual=self.residual, group=self.group)
+    def inner(self) -> Strategy: # looked up by name: zoned's module builds on this one
+        return STRATEGIES['zoned'](ratio=self.ratio, residual=self.residual, group=self.group)
     @classmethod
     def example(cls): return cls(fraction=0.5, pattern='index', window=8, ratio=2.5, residual=8, group=16)
     def needs(self): return self.inner.needs()

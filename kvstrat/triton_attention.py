@@ -81,9 +81,9 @@ def _step(q, m_i, l_i, acc, # (BLOCK_M, D) queries (scaled, rotated), running ma
 # %% ../nbs/05a_triton_attention.ipynb #1db5dbf0
 @_jit
 def _scan(q, qp, KD, KS, KZ, VD, VS, VZ, Pos, Grp, start, count, # qp: (BLOCK_M,) query positions; start, count: head's
-          D: tl.constexpr, BITS: tl.constexpr, KCHANNEL: tl.constexpr, KGROUP: tl.constexpr, VGROUP: tl.constexpr,
-          SYM: tl.constexpr, LOG: tl.constexpr, CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+          D: tl.constexpr, KBITS: tl.constexpr, VBITS: tl.constexpr, # bits of keys and of values; 0: floats
+          KCHANNEL: tl.constexpr, KGROUP: tl.constexpr, VGROUP: tl.constexpr, SYM: tl.constexpr, LOG: tl.constexpr,
+          CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     "`(m, l, acc)` of one KV head's rows of one tier, `BLOCK_N` rows at a time."
     d = tl.arange(0, D)
     m_i, l_i = tl.full([BLOCK_M], float('-inf'), tl.float32), tl.zeros([BLOCK_M], tl.float32)
@@ -95,8 +95,8 @@ def _scan(q, qp, KD, KS, KZ, VD, VS, VZ, Pos, Grp, start, count, # qp: (BLOCK_M,
         else: grp = rows // KGROUP # whole groups (or per-token keys, where it is unused)
         ok = valid[None, :]
         if CAUSAL: ok = ok & (tl.load(Pos + rows, mask=valid, other=0)[None, :] <= qp[:, None])
-        k = _rows(KD, KS, KZ, rows, valid, grp, d, D, BITS, KGROUP, KCHANNEL, SYM, LOG)
-        v = _rows(VD, VS, VZ, rows, valid, grp, d, D, BITS, VGROUP, False, SYM, LOG)
+        k = _rows(KD, KS, KZ, rows, valid, grp, d, D, KBITS, KGROUP, KCHANNEL, SYM, LOG)
+        v = _rows(VD, VS, VZ, rows, valid, grp, d, D, VBITS, VGROUP, False, SYM, LOG)
         m_i, l_i, acc = _step(q, m_i, l_i, acc, k, v, ok)
     return m_i, l_i, acc
 
@@ -121,10 +121,10 @@ def _merge(acc, m_i, l_i, Out, Mx, Lx, out, stat, mvalid, # out, stat: this bloc
 # %% ../nbs/05a_triton_attention.ipynb #75507214
 @_jit
 def _tier_kernel(Q, sqb, sqh, sqi, sqd, Out, Mx, Lx, KD, KS, KZ, VD, VS, VZ, Starts, Counts, Pos, QPos, Grp, Rot,
-                 scaling, H, G, NQ, D: tl.constexpr, BITS: tl.constexpr, KCHANNEL: tl.constexpr,
-                 KGROUP: tl.constexpr, VGROUP: tl.constexpr, SYM: tl.constexpr, LOG: tl.constexpr,
-                 ROTATE: tl.constexpr, CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr, FIRST: tl.constexpr,
-                 LAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 scaling, H, G, NQ, D: tl.constexpr, KBITS: tl.constexpr, VBITS: tl.constexpr,
+                 KCHANNEL: tl.constexpr, KGROUP: tl.constexpr, VGROUP: tl.constexpr, SYM: tl.constexpr,
+                 LOG: tl.constexpr, ROTATE: tl.constexpr, CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr,
+                 FIRST: tl.constexpr, LAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     "Attention of one block of query rows of KV head `program_id(0)` over one tier, merged into `Out`, `Mx`, `Lx`."
     bh, om, d = tl.program_id(0), tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M), tl.arange(0, D)
     b, h, r, i, mvalid = bh // H, bh % H, om // NQ, om % NQ, om < G * NQ # row om: query head h·G + r, query i
@@ -133,14 +133,15 @@ def _tier_kernel(Q, sqb, sqh, sqi, sqd, Out, Mx, Lx, KD, KS, KZ, VD, VS, VZ, Sta
     if ROTATE: q = tl.dot(q, tl.load(Rot + d[:, None] * D + d[None, :]), input_precision='ieee') # q·H
     qp = tl.load(QPos + i, mask=mvalid, other=0)
     m_i, l_i, acc = _scan(q, qp, KD, KS, KZ, VD, VS, VZ, Pos, Grp, tl.load(Starts + bh).to(tl.int64),
-                          tl.load(Counts + bh), D, BITS, KCHANNEL, KGROUP, VGROUP, SYM, LOG, CAUSAL, GROUP_MAP,
-                          BLOCK_M, BLOCK_N)
+                          tl.load(Counts + bh), D, KBITS, VBITS, KCHANNEL, KGROUP, VGROUP, SYM, LOG, CAUSAL,
+                          GROUP_MAP, BLOCK_M, BLOCK_N)
     if ROTATE: acc = tl.dot(acc, tl.trans(tl.load(Rot + d[:, None] * D + d[None, :])), input_precision='ieee')
     out = ((b * NQ + i) * (H * G) + h * G + r)[:, None] * D + d[None, :] # in the (B, q, H_q, D) output
     _merge(acc, m_i, l_i, Out, Mx, Lx, out, bh * (G * NQ) + om, mvalid, FIRST, LAST)
 
 # %% ../nbs/05a_triton_attention.ipynb #742541d8
-_FLOAT = dict(BITS=0, KCHANNEL=False, KGROUP=1, VGROUP=1, SYM=False, LOG=False, ROTATE=False, GROUP_MAP=False)
+_FLOAT = dict(KBITS=0, VBITS=0, KCHANNEL=False, KGROUP=1, VGROUP=1, SYM=False, LOG=False, ROTATE=False,
+              GROUP_MAP=False)
 
 def _tier_args(t:TierStore) -> tuple[list, dict]:
     "The kernel's tensors for one tier `[KD, KS, KZ, VD, VS, VZ, Grp]` (unused ones are stand-ins) and its flags."
@@ -153,8 +154,9 @@ def _tier_args(t:TierStore) -> tuple[list, dict]:
                                    k.group_sizes.long()) if partial else k.data) # (N,) row -> channel group
     zk, zv = (k.scale, v.scale) if spec.symmetric else (k.zero, v.zero)
     return [k.data, k.scale, zk, v.data, v.scale, zv, grp], dict(
-        BITS=spec.bits, KCHANNEL=spec.key_axis == 'channel', KGROUP=spec.key_group, VGROUP=spec.value_group,
-        SYM=spec.symmetric, LOG=spec.scale_bits == 8, ROTATE=spec.rotate, GROUP_MAP=partial)
+        KBITS=spec.bits_of(True), VBITS=spec.bits_of(False), KCHANNEL=spec.key_axis == 'channel',
+        KGROUP=spec.key_group, VGROUP=spec.value_group, SYM=spec.symmetric, LOG=spec.scale_bits == 8,
+        ROTATE=spec.rotate, GROUP_MAP=partial)
 
 # %% ../nbs/05a_triton_attention.ipynb #b4cf6452
 def triton_read(query:torch.Tensor, # (B, H_q, q, D), any strides; D a power of 2, >= 16

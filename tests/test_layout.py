@@ -6,10 +6,10 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1]/'kvstrat'
 MODULES = sorted(p.stem for p in PKG.glob('*.py') if p.stem not in ('__init__', '_modidx'))
-STRATEGY_MODULES = {'baselines', 'importance', 'stratigraphic', 'streaming'}
+STRATEGY_MODULES = {'baselines', 'importance', 'stratigraphic', 'zoned', 'streaming'}
 READING_ORDER = ['core', 'adapter', 'quant', 'kernels', 'store', 'attention', 'triton_attention', 'policy', 'cache',
-                 'baselines', 'protocol', 'importance', 'stratigraphic', 'linear_attention', 'streaming', 'calibration',
-                 'results', 'bench', 'distributed', 'report', 'cli', 'docs', 'preview', 'architectures', 'arch_study']
+                 'baselines', 'protocol', 'importance', 'stratigraphic', 'linear_attention', 'sensitivity', 'zoned',
+                 'streaming', 'calibration', 'results', 'bench', 'distributed', 'report', 'cli', 'docs', 'preview', 'architectures', 'arch_study']
 
 def imports(module:str) -> set[str]:
     "The kvstrat modules `module` imports, anywhere in its source (function bodies too)."
@@ -84,8 +84,8 @@ def test_a_strategy_module_needs_no_prior_import():
     code = '''
 from kvstrat.stratigraphic import *
 assert make_strategy('streaming').name == 'streaming' and Hybrid and Kivi and H2O and StreamingLLM
-assert {'full', 'int8', 'int4', 'kivi', 'h2o', 'snapkv', 'streamingllm', 'keynorm', 'stratigraphic', 'adaptive',
-        'streaming', 'hybrid'} <= set(STRATEGIES)
+assert {'full', 'int8', 'int4', 'kivi', 'h2o', 'snapkv', 'streamingllm', 'keynorm', 'stratigraphic', 'zoned',
+        'adaptive', 'streaming', 'hybrid'} <= set(STRATEGIES)
 '''
     subprocess.run([sys.executable, '-c', code], check=True, timeout=300)
 

@@ -1,6 +1,6 @@
 """The Triton read (`kvstrat.triton_attention.triton_read`) against the reference read, over a randomised matrix of tier
-formats: INT8/4/3/2, per-token and per-channel keys (whole and partial groups), symmetric, 8-bit scales, rotation,
-low-rank, fp16/bf16/fp32 rows, two and three tiers, ragged heads, GQA groups, one query and a chunk. Without CUDA the
+formats: INT8/4/3/2, keys and values of different widths, per-token and per-channel keys (whole and partial groups),
+symmetric, 8-bit scales, rotation, low-rank, fp16/bf16/fp32 rows, two and three tiers, ragged heads, GQA groups, one query and a chunk. Without CUDA the
 kernels run under Triton's CPU interpreter; without triton the module is skipped."""
 import os, random
 import pytest, torch
@@ -24,15 +24,14 @@ def make_store(specs, B=2, H=2, D=16, T=24, seed=0, evict=(), ordered=False, dty
     return s
 
 def check(store, Hq, q, seed=0, scaling=0.25, **kw):
-    "triton_read against reference_read (and tiered_read when every head holds equal rows) for `q` queries."
+    "triton_read against reference_read and the CPU tiered_read (which reads ragged heads too) for `q` queries."
     torch.manual_seed(seed + 1)
     query, qpos = torch.randn(store.B, Hq, q, store.D, device=DEVICE), torch.arange(store.seen - q, store.seen)
     out = triton_read(query, store, qpos.to(DEVICE), scaling, **kw)
     assert out.shape == (store.B, q, Hq, store.D) and out.dtype == query.dtype
     ref = reference_read(query.cpu(), store, qpos, None, scaling) if DEVICE == 'cpu' else None
     if ref is not None: torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    if equal_heads(store): torch.testing.assert_close(out, tiered_read(query, store, qpos.to(DEVICE), scaling)[0],
-                                                      rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out, tiered_read(query, store, qpos.to(DEVICE), scaling)[0], rtol=1e-4, atol=1e-4)
     return out
 
 def random_spec(rng, bits, layout, D):
@@ -61,9 +60,22 @@ def test_two_tiers_random(bits, layout, seed):
 ], ids=['int8-int2ch', 'int4sym-int3rot', 'fp32-int4ch-lowrank'])
 @pytest.mark.parametrize('ragged', [False, True])
 def test_three_tiers(specs, ragged):
-    "Three tiers, the fp one included, with equal heads (also against tiered_read) or ragged ones."
+    "Three tiers, the fp one included, with equal heads or ragged ones."
     store = make_store(specs, T=24, evict=(1, 5, 17) if ragged else (), ordered=not ragged)
     assert equal_heads(store) != ragged
+    for q in (1, 3): check(store, 4, q)
+
+@pytest.mark.parametrize('kbits,vbits', [(4, 2), (3, 8), (2, 4), (8, 3)])
+@pytest.mark.parametrize('layout', ['token', 'token-sym', 'channel'])
+@pytest.mark.parametrize('rotate', [False, True])
+def test_key_and_value_widths(kbits, vbits, layout, rotate):
+    "Keys and values of one tier at different widths (KBITS, VBITS), 8-bit scales, ragged heads; q = 1 and a chunk."
+    spec = TierSpec(kbits, 'channel' if layout == 'channel' else 'token', 4 if layout == 'channel' else 8, 16,
+                    symmetric=layout == 'token-sym', rotate=rotate, scale_bits=8, value_bits=vbits)
+    store = make_store((FP16, spec), T=24, evict=(2, 9))
+    flags = _tier_args(store.tiers[1])[1]
+    assert (flags['KBITS'], flags['VBITS']) == (kbits, vbits)
+    assert store.tiers[1].v.data.shape[1] == 16 * vbits // 8 # values packed at their own width
     for q in (1, 3): check(store, 4, q)
 
 @pytest.mark.parametrize('evict,partial', [((), False), ((0, 1, 2, 3), False), ((2,), True), ((4, 30), True)])
