@@ -105,8 +105,9 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
 @patch
 def fp16_held(self:Stratigraphic, head_dim:int) -> tuple[float, int]:
-    "Rows each head holds at fp16 at `length` at most (sinks, window, a key group but one), and bytes per such row."
-    return self.sinks + self.residual + self.group - 1, 2 * 2 * head_dim + 4 # fp16 keys, values, int32 pos
+    "Rows each head holds at fp16 at `length` (sinks, window, the old rows short of a whole key group), bytes per row."
+    waiting = max(self.length - self.sinks - self.residual, 0) % self.group
+    return self.sinks + self.residual + waiting, 2 * 2 * head_dim + 4 # fp16 keys, values, int32 pos
 
 @patch
 def compression_at(self:Stratigraphic, row_bytes:float, head_dim:int) -> float:
@@ -125,7 +126,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
                          f"{self.residual}, {self.sinks}, {self.group}")
     held, fp_row = self.fp16_held(D)
     if self.length <= held:
-        raise ValueError(f"stratigraphic length {self.length} must exceed the ~{held:g} tokens each head holds at fp16")
+        raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
     sens, rb = self.sensitivity(spec), format_row_bytes(self.family, D) # rb (2, widths): keys, values
     widest, narrowest = rb.max(1).values.sum().item(), rb.min(1).values.sum().item() # bytes per row, K + V
     lo, hi = self.compression_at(widest, D), self.compression_at(narrowest, D)
