@@ -38,9 +38,10 @@ def preset_name(x:dict|str, # a result row, or a strategy as `make_strategy` rea
 # %% ../nbs/16_report.ipynb #a41637ac
 FAMILIES = {'FullKV': ('full',), 'quantisers': ('int8', 'int4', 'kivi'),
             'eviction': ('streamingllm', 'snapkv', 'h2o', 'keynorm'),
-            'stratigraphic/adaptive': ('stratigraphic', 'adaptive'), 'streaming/hybrid': ('streaming', 'hybrid')}
-FAMILY_COLOURS = dict(zip([*FAMILIES, 'other'], ('black', 'tab:blue', 'tab:orange', 'tab:green', 'tab:purple',
-                                                 'tab:grey')))
+            'stratigraphic': ('stratigraphic',), 'zoned/adaptive': ('zoned', 'adaptive'),
+            'streaming/hybrid': ('streaming', 'hybrid')}
+FAMILY_COLOURS = dict(zip([*FAMILIES, 'other'], ('black', 'tab:blue', 'tab:orange', 'tab:green', 'tab:olive',
+                                                 'tab:purple', 'tab:grey')))
 
 def family(row:dict) -> str:
     "The family of a row's strategy: a key of `FAMILIES`, or 'other'."

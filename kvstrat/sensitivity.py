@@ -85,8 +85,8 @@ def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
                 layer_idx:int, family:FormatFamily, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
                 bits:tuple=FORMAT_BITS, sinks:int=4, per_pass:int=6) -> torch.Tensor: # variants per forward
     "(H_kv, 2, len(bits)) KL each tensor of each head of one layer costs alone at each width."
-    spec, variants = ModelSpec.of(model), _variants(ModelSpec.of(model).n_kv_heads, bits)
-    W, scored, D = windows.shape[0], exact_logp.shape[1], ModelSpec.of(model).head_dim
+    spec = ModelSpec.of(model)
+    variants, W, D = _variants(spec.n_kv_heads, bits), windows.shape[0], spec.head_dim
     cost = torch.zeros(spec.n_kv_heads, 2, len(bits))
     for c0 in range(0, len(variants), per_pass):
         part = variants[c0:c0 + per_pass]
@@ -98,7 +98,7 @@ def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
                     x[sl, h] = requantized(x[sl, h], family.spec(bits[j], bits[j], D), kv == 0, sinks)
             return causal_attention(q, k, v, scaling)
         with attention_override(model, attend), batch_repeated(model, layer_idx, len(part)):
-            logits = model(windows, use_cache=False, logits_to_keep=scored).logits
+            logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
         for (h, kv, j), kl in zip(part, _kl(exact_logp, logits).tolist()): cost[h, kv, j] = kl
     return cost
 
