@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .core import load_model, load_text, package_data, tokenize
 from .adapter import ModelSpec, batch_repeated
 from .store import TierSpec, decode_rows, encode_rows
-from .linear_attention import attention_override, causal_attention
+from .linear_attention import attention_override, causal_attention, model_shape
 from .calibration import calibration_windows
 
 # %% auto #0
@@ -118,16 +118,15 @@ class Sensitivity:
         Path(path).write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
-def _shape(spec:ModelSpec) -> tuple: return (spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim)
-
 def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
     "A saved `Sensitivity`; with `spec`, an error unless it was measured on a model of that shape."
     d = json.loads(Path(path).read_text())
     s = Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
                     None if d['shape'] is None else tuple(d['shape']), d.get('source', ''))
-    if spec is not None and s.shape != _shape(spec):
+    if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
-                         f"head_dim), but this model is {_shape(spec)}: run `kvstrat-calibrate precision` for it")
+                         f"head_dim), but this model is {model_shape(spec)}: measure one with "
+                         "`kvstrat-calibrate --model NAME --out FILE`")
     return s
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
@@ -144,7 +143,7 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
     for i in range(spec.n_layers):
         costs.append(layer_costs(model, windows, i, family, exact, bits, sinks))
         if progress: progress(i, spec.n_layers)
-    return Sensitivity(torch.stack(costs), tuple(bits), family, _shape(spec), source)
+    return Sensitivity(torch.stack(costs), tuple(bits), family, model_shape(spec), source)
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001d
 def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and bytes of each choice per tensor

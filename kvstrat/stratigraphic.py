@@ -21,6 +21,7 @@ from .baselines import *
 from .protocol import *
 from .importance import *
 from .sensitivity import *
+from .linear_attention import model_shape
 from .zoned import *
 from .streaming import *
 
@@ -53,8 +54,8 @@ class PrecisionPlan:
 def uniform_sensitivity(spec:ModelSpec, family:FormatFamily) -> Sensitivity:
     "Every tensor of every head costs alike: the allocation then gives all of them the same widths where it can."
     per_width = torch.tensor([4.0 ** -b for b in FORMAT_BITS]) # fewer bits cost more, by the same factor for all
-    shape = (spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim)
-    return Sensitivity(per_width.expand(spec.n_layers, spec.n_kv_heads, 2, -1).clone(), FORMAT_BITS, family, shape,
+    return Sensitivity(per_width.expand(spec.n_layers, spec.n_kv_heads, 2, -1).clone(), FORMAT_BITS, family,
+                       model_shape(spec),
                        'uniform: every head alike')
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0004
@@ -89,9 +90,8 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             raise ValueError(f"stratigraphic: calibration {self.calibration!r} is not 'auto', 'uniform' or a file")
         s = load_sensitivity(self.calibration, spec)
     else:
-        shape = [spec.model_type, spec.n_layers, spec.n_kv_heads, spec.head_dim]
         found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
-                 if json.loads(p.read_text())['shape'] == shape]
+                 if json.loads(p.read_text())['shape'] == list(model_shape(spec))]
         if not found:
             s = uniform_sensitivity(spec, self.family)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
