@@ -1,4 +1,4 @@
-"""Fused CPU kernels that attend straight from packed INT8/INT4/INT2 codes, compiled once with the system C compiler and tested against the pure-torch read.
+"""Fused CPU kernels that attend straight from packed INT8/INT4/INT3/INT2 codes, compiled once with the system C compiler and tested against the pure-torch read.
 
 Docs: https://kvstrat.github.io/kvstrat/kernels.html.md"""
 
@@ -13,11 +13,12 @@ import torch
 from .core import cache_dir, package_data
 
 # %% auto #0
-__all__ = ['KERNEL_SOURCE', 'load_kernels', 'use_kernels', 'kernels_available', 'supports', 'token_scores', 'token_values',
-           'channel_scores', 'quantize_rows']
+__all__ = ['KERNEL_SOURCE', 'KERNEL_BITS', 'load_kernels', 'use_kernels', 'kernels_available', 'supports', 'token_scores',
+           'token_values', 'channel_scores', 'quantize_rows']
 
 # %% ../nbs/03_kernels.ipynb #4776b06d
 KERNEL_SOURCE = package_data('kernels.c').read_text() # kvstrat/data/kernels.c, shipped with the package
+KERNEL_BITS = (8, 4, 3, 2) # the widths its reads and `quantize_rows` handle
 
 # %% ../nbs/03_kernels.ipynb #7b635376
 _FLAGS = ('-O3', '-march=native', '-fopenmp-simd', '-shared', '-fPIC')
@@ -83,8 +84,8 @@ def supports(x:torch.Tensor, # any tensor of the tier (its device decides)
              D:int, # head_dim
              group:int|None=None, # channels per token group (None: per-channel keys)
             ) -> bool:
-    "Can the kernels read a tier of this format? 8, 4 or 2 bits on the CPU, `D` a multiple of 16, groups of whole 8s."
-    return (bits in (8, 4, 2) and x.device.type == 'cpu' and D % 16 == 0 and (group is None or group % 8 == 0)
+    "Can the kernels read a tier of this format? 8, 4, 3 or 2 bits on the CPU, `D` a multiple of 16, groups of whole 8s."
+    return (bits in KERNEL_BITS and x.device.type == 'cpu' and D % 16 == 0 and (group is None or group % 8 == 0)
             and kernels_available())
 
 # %% ../nbs/03_kernels.ipynb #b8353fbe
@@ -104,8 +105,8 @@ def _batched(name:str, x:torch.Tensor) -> tuple[int, int, int]:
 # %% ../nbs/03_kernels.ipynb #62d212d3
 def _rows(codes:torch.Tensor, BH:int, D:int, bits:int) -> int:
     "n, the rows per head of `BH*n` packed rows `(BH*n, D*bits/8)`."
-    if bits not in (8, 4, 2) or D % 16:
-        raise ValueError(f"the kernels read 8, 4 or 2 bits with head_dim a multiple of 16, got {bits} bits, D={D}")
+    if bits not in KERNEL_BITS or D % 16:
+        raise ValueError(f"the kernels read 8, 4, 3 or 2 bits with head_dim a multiple of 16, got {bits} bits, D={D}")
     if codes.ndim != 2 or len(codes) % BH:
         raise ValueError(f"codes must be (BH*n, D*bits/8) rows for {BH} heads, got {tuple(codes.shape)}")
     _check('codes', codes, torch.uint8, (len(codes), D * bits // 8))
@@ -127,7 +128,7 @@ def token_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                  scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
                  # like `scale`: zero-points; None: symmetric codes (offset -2**(bits-1)·scale)
                  offset:torch.Tensor|None,
-                 bits:int, # 8, 4 or 2
+                 bits:int, # 8, 4, 3 or 2
                 ) -> torch.Tensor: # (BH, M, n) q · key for every row
     "Query-key products from per-token-group codes."
     BH, M, D = _batched('q', q)
@@ -144,7 +145,7 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                  codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed values, head-major
                  scale:torch.Tensor, # (BH*n, J) float32 scale of each token's J channel groups
                  offset:torch.Tensor|None, # like `scale`: zero-points; None: symmetric codes
-                 bits:int, # 8, 4 or 2
+                 bits:int, # 8, 4, 3 or 2
                  D:int, # head_dim
                 ) -> torch.Tensor: # (BH, M, D) the attention-weighted sum of the values
     "Attention-weighted sum of per-token-group values, from the codes."
@@ -162,7 +163,7 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
                    codes:torch.Tensor, # (BH*n, D*bits/8) uint8 packed keys, head-major
                    scale:torch.Tensor, # (BH*n/r, D) float32 per-channel scales of each key group
                    zero:torch.Tensor, # like `scale`: the zero-points
-                   bits:int, # 8, 4 or 2
+                   bits:int, # 8, 4, 3 or 2
                    r:int, # rows per key group; every group must be whole
                   ) -> torch.Tensor: # (BH, M, n) q · key for every row
     "Query-key products from KIVI's per-channel key groups: `(q ∘ S_G) · code + q · Z_G`."
@@ -177,13 +178,13 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
 
 # %% ../nbs/03_kernels.ipynb #5763c030
 def quantize_rows(x:torch.Tensor, # (n, D) rows to quantise (any float dtype; read as float32)
-                  bits:int, # 8, 4 or 2
+                  bits:int, # 8, 4, 3 or 2
                   group:int, # channels per group (dividing D)
                   symmetric:bool, # scale only, no zero-point
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor|None]|None:
     "`(packed, scale, zero)` exactly as `quantize` stores them (fp16 scale and zero, `zero` None if symmetric)."
-    if x.ndim != 2 or bits not in (8, 4, 2) or group < 1 or x.shape[1] % group or x.shape[1] % (8 // bits):
-        raise ValueError(f"need (n, D) rows, 8, 4 or 2 bits and a group dividing D, "
+    if x.ndim != 2 or bits not in KERNEL_BITS or group < 1 or x.shape[1] % group or x.shape[1] * bits % 8:
+        raise ValueError(f"need (n, D) rows, 8, 4, 3 or 2 bits and a group dividing D, "
                          f"got {tuple(x.shape)}, {bits} bits, group {group}")
     x = x.float().contiguous()
     (n, D), J = x.shape, x.shape[1] // group

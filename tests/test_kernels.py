@@ -10,7 +10,7 @@ pytestmark = pytest.mark.skipif(not kernels.kernels_available(), reason="the CPU
 
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 12), D=st.sampled_from([16, 32, 64, 128]),
-       bits=st.sampled_from([8, 4, 2]), n_groups=st.sampled_from([1, 2]), symmetric=st.booleans(),
+       bits=st.sampled_from(kernels.KERNEL_BITS), n_groups=st.sampled_from([1, 2]), symmetric=st.booleans(),
        log_peak=st.floats(-6, 4.5), offset=st.sampled_from([0.0, 1.0, 300.0]))
 def test_quantize_rows_bit_for_bit(seed, n, D, bits, n_groups, symmetric, log_peak, offset):
     x = _keys(seed, (n, D), 10**log_peak, offset)
@@ -23,7 +23,7 @@ def _dense(codes, scale, offset, J): # (N, D) codes, (N, J) scale and offset -> 
 
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), BH=st.integers(1, 4), M=st.integers(1, 8), n=st.integers(1, 70),
-       D=st.sampled_from([16, 32, 64, 128]), bits=st.sampled_from([8, 4, 2]), n_groups=st.sampled_from([1, 2]),
+       D=st.sampled_from([16, 32, 64, 128]), bits=st.sampled_from(kernels.KERNEL_BITS), n_groups=st.sampled_from([1, 2]),
        symmetric=st.booleans())
 def test_token_reads_match_torch(seed, BH, M, n, D, bits, n_groups, symmetric):
     gen = torch.Generator().manual_seed(seed)
@@ -38,7 +38,7 @@ def test_token_reads_match_torch(seed, BH, M, n, D, bits, n_groups, symmetric):
 
 @settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), BH=st.integers(1, 4), M=st.integers(1, 8), groups=st.integers(1, 4),
-       r=st.sampled_from([1, 5, 8, 32]), D=st.sampled_from([16, 64]), bits=st.sampled_from([8, 4, 2]))
+       r=st.sampled_from([1, 5, 8, 32]), D=st.sampled_from([16, 64]), bits=st.sampled_from(kernels.KERNEL_BITS))
 def test_channel_scores_match_torch(seed, BH, M, groups, r, D, bits):
     x = _keys(seed, (BH, groups * r, D), 4.0, 1.0)
     q = quantize(x, bits, r, 'channel')

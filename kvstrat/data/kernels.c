@@ -9,7 +9,7 @@
 #include <string.h>
 #include <immintrin.h>
 
-/* 8 codes (channels 8*dv ... 8*dv+7) of one packed row, as floats. Codes sit little-endian within each byte, as
+/* 8 codes (channels 8*dv ... 8*dv+7) of one packed row, as floats. Codes sit in one little-endian bit stream, as
    `pack_bits` writes them. */
 static inline __m256 codes8(const uint8_t *row, int bits, int dv) {
     __m128i x;
@@ -20,6 +20,11 @@ static inline __m256 codes8(const uint8_t *row, int bits, int dv) {
         x = _mm_unpacklo_epi8(x, x); /* each byte twice: one lane for its low nibble, one for its high */
         __m256i v = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(x), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
         return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    }
+    if (bits == 3) { /* eight codes fill three bytes: one 24-bit word, code i at bit 3i */
+        uint32_t w = 0; memcpy(&w, row + 3 * dv, 3);
+        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21));
+        return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(7)));
     }
     uint16_t w; memcpy(&w, row + 2 * dv, 2);
     x = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)w), _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
@@ -251,7 +256,7 @@ static inline uint16_t half_bits(float v) { return _cvtss_sh(v, _MM_FROUND_TO_NE
    (n, J) as fp16 bits; zero NULL for symmetric codes. Returns 1, having checked every group before writing, when a
    value is NaN or Inf or beyond fp16's range: the caller then lets `quantize` raise its error. */
 int quantize_rows(const float *x, uint8_t *packed, uint16_t *scale, uint16_t *zero, int n, int D, int bits, int J) {
-    int g = D / J, P = D * bits / 8, top = (1 << bits) - 1, half = 1 << (bits - 1), per = 8 / bits;
+    int g = D / J, P = D * bits / 8, top = (1 << bits) - 1, half = 1 << (bits - 1);
     for (size_t i = 0; i < (size_t)n * D; i++) if (!(fabsf(x[i]) <= 65504.f)) return 1; /* NaN fails the test too */
     uint8_t *codes = malloc(D);
     for (int r = 0; r < n; r++) {
@@ -271,11 +276,12 @@ int quantize_rows(const float *x, uint8_t *packed, uint16_t *scale, uint16_t *ze
                 codes[j * g + d] = (uint8_t)(c < 0.f ? 0.f : c > (float)top ? (float)top : c);
             }
         }
-        uint8_t *out = packed + (size_t)r * P;
-        for (int i = 0; i < P; i++) {
-            uint8_t b = 0;
-            for (int k = 0; k < per; k++) b |= codes[i * per + k] << (k * bits);
-            out[i] = b;
+        uint8_t *out = packed + (size_t)r * P; /* one little-endian bit stream: a 3-bit code may straddle two bytes */
+        memset(out, 0, P);
+        for (int d = 0; d < D; d++) {
+            unsigned at = (unsigned)d * bits, c = (unsigned)codes[d] << (at & 7);
+            out[at >> 3] |= (uint8_t)c;
+            if (c >> 8) out[(at >> 3) + 1] |= (uint8_t)(c >> 8);
         }
     }
     free(codes);
