@@ -76,9 +76,8 @@ def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) 
 
 @patch
 def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None) -> bool:
-    "On CUDA, with Triton, attention reads every tier from its codes, heads of unequal rows too (no probs, no keys)."
-    if not (query.is_cuda and self.tiered and padding is None and self.state is None and softcap is None
-            and query.shape[2] <= TIERED_MAX_QUERIES and not self.needs.attention and not self.needs.keys): return False
+    "On CUDA, with Triton, attention reads every tier from its codes, with the probabilities where `reads_tiers` has them."
+    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2]) and softcap is None): return False
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
     return triton_available()
 
@@ -90,7 +89,7 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
         raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
     if self.reads_with_triton(query, padding, softcap):
         from kvstrat.triton_attention import triton_read
-        return triton_read(query, self.store, qpos, scaling), None, None
+        return *triton_read(query, self.store, qpos, scaling, want), None
     if self.reads_tiers(padding, query.shape[2]):
         return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
     return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap)

@@ -113,9 +113,8 @@ def _merge(acc, m_i, l_i, Out, Mx, Lx, out, stat, mvalid, # out, stat: this bloc
         acc = acc * a_new[:, None] + tl.load(Out + out, mask=mvalid[:, None], other=0.) * a_old[:, None]
         l_i, m_i = l_i * a_new + tl.load(Lx + stat, mask=mvalid, other=0.) * a_old, m_new
     if LAST: acc = acc / tl.where(mvalid, l_i, 1.)[:, None] # (padding rows of the block: no 0/0)
-    else:
-        tl.store(Mx + stat, m_i, mask=mvalid)
-        tl.store(Lx + stat, l_i, mask=mvalid)
+    tl.store(Mx + stat, m_i, mask=mvalid) # after the last tier: each query row's softmax maximum and normaliser
+    tl.store(Lx + stat, l_i, mask=mvalid)
     tl.store(Out + out, acc, mask=mvalid[:, None])
 
 # %% ../nbs/05a_triton_attention.ipynb #75507214
@@ -139,6 +138,35 @@ def _tier_kernel(Q, sqb, sqh, sqi, sqd, Out, Mx, Lx, KD, KS, KZ, VD, VS, VZ, Sta
     out = ((b * NQ + i) * (H * G) + h * G + r)[:, None] * D + d[None, :] # in the (B, q, H_q, D) output
     _merge(acc, m_i, l_i, Out, Mx, Lx, out, bh * (G * NQ) + om, mvalid, FIRST, LAST)
 
+# %% ../nbs/05a_triton_attention.ipynb #16c370f1
+@_jit
+def _probs_kernel(Q, sqb, sqh, sqi, sqd, Probs, Mx, Lx, KD, KS, KZ, Starts, Counts, First, Pos, QPos, Grp, Rot,
+                  scaling, H, G, NQ, T, D: tl.constexpr, KBITS: tl.constexpr, KCHANNEL: tl.constexpr,
+                  KGROUP: tl.constexpr, SYM: tl.constexpr, LOG: tl.constexpr, ROTATE: tl.constexpr,
+                  CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr):
+    "Probabilities of `BLOCK_N` rows of KV head `program_id(0)` in one tier, for `BLOCK_Q` queries, mean over heads."
+    bh, d = tl.program_id(0), tl.arange(0, D)
+    n, i = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N), tl.program_id(2) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    b, h, qvalid = bh // H, bh % H, i < NQ
+    valid, rows = n < tl.load(Counts + bh), tl.load(Starts + bh).to(tl.int64) + n
+    if GROUP_MAP: grp = tl.load(Grp + rows, mask=valid, other=0).to(tl.int64)
+    else: grp = rows // KGROUP
+    k = _rows(KD, KS, KZ, rows, valid, grp, d, D, KBITS, KGROUP, KCHANNEL, SYM, LOG) # (BLOCK_N, D), decoded once
+    ok = valid[None, :] & qvalid[:, None] # (BLOCK_Q, BLOCK_N)
+    if CAUSAL: ok = ok & (tl.load(Pos + rows, mask=valid, other=0)[None, :]
+                          <= tl.load(QPos + i, mask=qvalid, other=0)[:, None])
+    total = tl.zeros([BLOCK_Q, BLOCK_N], tl.float32)
+    for r in range(0, G): # query head h·G + r
+        q = tl.load(Q + b * sqb + (h * G + r) * sqh + i[:, None] * sqi + d[None, :] * sqd,
+                    mask=qvalid[:, None], other=0.).to(tl.float32) * scaling # (BLOCK_Q, D)
+        if ROTATE: q = tl.dot(q, tl.load(Rot + d[:, None] * D + d[None, :]), input_precision='ieee')
+        stat = bh * (G * NQ) + r * NQ + i
+        m, l = tl.load(Mx + stat, mask=qvalid, other=0.), tl.load(Lx + stat, mask=qvalid, other=1.)
+        s = tl.dot(q, tl.trans(k), input_precision='ieee') # (BLOCK_Q, BLOCK_N)
+        total += tl.where(ok, tl.exp(s - m[:, None]) / l[:, None], 0.)
+    at = (bh * NQ + i)[:, None] * T + tl.load(First + bh) + n[None, :]
+    tl.store(Probs + at, total / G, mask=valid[None, :] & qvalid[:, None])
+
 # %% ../nbs/05a_triton_attention.ipynb #742541d8
 _FLOAT = dict(KBITS=0, VBITS=0, KCHANNEL=False, KGROUP=1, VGROUP=1, SYM=False, LOG=False, ROTATE=False,
               GROUP_MAP=False)
@@ -158,12 +186,32 @@ def _tier_args(t:TierStore) -> tuple[list, dict]:
         KGROUP=spec.key_group, VGROUP=spec.value_group, SYM=spec.symmetric, LOG=spec.scale_bits == 8,
         ROTATE=spec.rotate, GROUP_MAP=partial)
 
+# %% ../nbs/05a_triton_attention.ipynb #8b1a8724
+def _read_probs(query:torch.Tensor, store:LayerStore, # (B, H_q, q, D)
+                launched:list, # (tier index, tier, (KD, KS, KZ, Grp), flags, head offsets) of each non-empty tier
+                stats:torch.Tensor, # (2, B·H_kv, g·q) each query row's final softmax maximum and normaliser
+                qp:torch.Tensor, scaling:float, block_n:int) -> torch.Tensor: # (B·H_kv, q, T)
+    "The probabilities `tiered_read` returns, at `LayerStore.slot_index`'s slots, from the output pass's statistics."
+    B, Hq, q, D = query.shape
+    counts = torch.stack([t.counts for t in store.tiers]).long() # (n_tiers, B·H_kv), empty tiers too
+    first, T = (torch.cumsum(counts, 0) - counts).to(torch.int32), int(counts.sum(0).max())
+    probs = torch.zeros(B * store.H, q, T, dtype=torch.float32, device=query.device)
+    for i, t, (kd, ks, kz, grp), flags, starts in launched:
+        keys = {k: v for k, v in flags.items() if not k.startswith('V')} # the flags of the keys' format
+        rot = rotation(D, query.device) if flags['ROTATE'] else starts
+        _probs_kernel[(B * store.H, triton.cdiv(int(t.counts.max()), block_n), triton.cdiv(q, 16))](
+            query, *query.stride(), probs, stats[0], stats[1], kd, ks, kz, starts, t.counts, first[i],
+            starts if t.pos is None else t.pos, qp, grp, rot, scaling, store.H, Hq // store.H, q, T, D=D,
+            CAUSAL=t.pos is not None, BLOCK_Q=16, BLOCK_N=block_n, **keys)
+    return probs
+
 # %% ../nbs/05a_triton_attention.ipynb #b4cf6452
 def triton_read(query:torch.Tensor, # (B, H_q, q, D), any strides; D a power of 2, >= 16
                 store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
                 scaling:float, # softmax scale
+                want_probs:bool=False, # also return the attention probabilities, as `tiered_read` does
                 block_n:int=32, # rows per step of a program (a multiple of 16)
-               ) -> torch.Tensor: # (B, q, H_q, D) in query's dtype
+               ) -> tuple[torch.Tensor, torch.Tensor|None]: # (B, q, H_q, D) in query's dtype; (B·H_kv, q, T) or None
     "softmax(q·kᵀ·s + causal mask)·v over every tier of `store`, read in place by the Triton kernels; no padding."
     B, Hq, q, D = query.shape
     H, G, tiers = store.H, Hq // store.H, [(i, t) for i, t in enumerate(store.tiers) if t.n]
@@ -173,6 +221,7 @@ def triton_read(query:torch.Tensor, # (B, H_q, q, D), any strides; D a power of 
     out = torch.empty(B, q, Hq, D, dtype=torch.float32, device=query.device) # the running accumulator, then output
     stats = torch.empty(2, B * H, G * q, dtype=torch.float32, device=query.device) # running max and normaliser
     qp, block_m = qpos.to(query.device, torch.int32), max(16, triton.next_power_of_2(min(G * q, 64)))
+    launched = [] # (tier index, tier, its tensors, flags, head offsets): what the probabilities pass reads again
     for j, (i, t) in enumerate(tiers):
         (kd, ks, kz, vd, vs, vz, grp), flags = _tier_args(t)
         starts = head_starts(t.counts).to(torch.int32)
@@ -181,4 +230,6 @@ def triton_read(query:torch.Tensor, # (B, H_q, q, D), any strides; D a power of 
             query, *query.stride(), out, stats[0], stats[1], kd, ks, kz, vd, vs, vz, starts, t.counts,
             starts if t.pos is None else t.pos, qp, grp, rot, scaling, H, G, q, D=D, CAUSAL=t.pos is not None,
             FIRST=j == 0, LAST=j == len(tiers) - 1, BLOCK_M=block_m, BLOCK_N=block_n, **flags)
-    return out if query.dtype == torch.float32 else out.to(query.dtype)
+        launched.append((i, t, (kd, ks, kz, grp), flags, starts))
+    probs = _read_probs(query, store, launched, stats, qp, scaling, block_n) if want_probs else None
+    return (out if query.dtype == torch.float32 else out.to(query.dtype)), probs

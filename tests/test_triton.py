@@ -1,8 +1,9 @@
-"""The Triton read (`kvstrat.triton_attention.triton_read`) against the reference read, over a randomised matrix of tier
-formats: INT8/4/3/2, keys and values of different widths, per-token and per-channel keys (whole and partial groups),
-symmetric, 8-bit scales, rotation, low-rank, fp16/bf16/fp32 rows, two and three tiers, ragged heads, GQA groups, one query and a chunk. Without CUDA the
-kernels run under Triton's CPU interpreter; without triton the module is skipped."""
-import os, random
+"""The Triton read (`kvstrat.triton_attention.triton_read`) and its attention probabilities against the reference and
+CPU reads, over a randomised matrix of tier formats: INT8/4/3/2, keys and values of different widths, per-token and
+per-channel keys (whole and partial groups), symmetric, 8-bit scales, rotation, low-rank, fp16/bf16/fp32 rows, two and
+three tiers, ragged heads, GQA groups, one query and a chunk. Without CUDA the kernels run under Triton's CPU
+interpreter; without triton the module is skipped."""
+import os, random, types
 import pytest, torch
 if not torch.cuda.is_available(): os.environ.setdefault('TRITON_INTERPRET', '1') # before triton is first imported
 pytest.importorskip('triton', reason="the Triton read needs triton: pip install 'kvstrat[triton]'")
@@ -24,14 +25,16 @@ def make_store(specs, B=2, H=2, D=16, T=24, seed=0, evict=(), ordered=False, dty
     return s
 
 def check(store, Hq, q, seed=0, scaling=0.25, **kw):
-    "triton_read against reference_read and the CPU tiered_read (which reads ragged heads too) for `q` queries."
+    "triton_read, and its probabilities, against reference_read and the CPU tiered_read (ragged heads too), `q` queries."
     torch.manual_seed(seed + 1)
     query, qpos = torch.randn(store.B, Hq, q, store.D, device=DEVICE), torch.arange(store.seen - q, store.seen)
-    out = triton_read(query, store, qpos.to(DEVICE), scaling, **kw)
+    out, probs = triton_read(query, store, qpos.to(DEVICE), scaling, want_probs=True, **kw)
     assert out.shape == (store.B, q, Hq, store.D) and out.dtype == query.dtype
     ref = reference_read(query.cpu(), store, qpos, None, scaling) if DEVICE == 'cpu' else None
     if ref is not None: torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(out, tiered_read(query, store, qpos.to(DEVICE), scaling)[0], rtol=1e-4, atol=1e-4)
+    tiered_out, tiered_probs = tiered_read(query, store, qpos.to(DEVICE), scaling, want_probs=True)
+    torch.testing.assert_close(out, tiered_out, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(probs, tiered_probs, rtol=1e-4, atol=1e-5)
     return out
 
 def random_spec(rng, bits, layout, D):
@@ -103,9 +106,9 @@ def test_dtypes(tier_dtype, query_dtype):
     "fp16, bf16 and the model's own dtype (fp32) in tier 0; the output comes back in the query's dtype."
     store = make_store((TierSpec(fp_dtype=tier_dtype), TierSpec(8, 'token', 16, 16)), T=20, evict=(2,))
     query, qpos = torch.randn(2, 4, 3, 16, device=DEVICE), torch.arange(17, 20, device=DEVICE)
-    out = triton_read(query.to(query_dtype), store, qpos, 0.25)
+    out, _ = triton_read(query.to(query_dtype), store, qpos, 0.25)
     assert out.dtype == query_dtype
-    ref = triton_read(query, store, qpos, 0.25)
+    ref, _ = triton_read(query, store, qpos, 0.25)
     torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3 if query_dtype == torch.float16 else 0)
     if DEVICE == 'cpu':
         torch.testing.assert_close(ref, reference_read(query, store, qpos, None, 0.25), rtol=1e-4, atol=1e-4)
@@ -114,8 +117,8 @@ def test_strided_query():
     "A transposed (non-contiguous) query view, as attention modules produce, is read through its strides."
     store = make_store((FP16, TierSpec(4, 'token', 16, 16)), T=20, evict=(3,))
     query, qpos = torch.randn(2, 3, 4, 16, device=DEVICE).transpose(1, 2), torch.arange(17, 20, device=DEVICE)
-    out = triton_read(query, store, qpos, 0.25)
-    torch.testing.assert_close(out, triton_read(query.contiguous(), store, qpos, 0.25))
+    out, _ = triton_read(query, store, qpos, 0.25)
+    torch.testing.assert_close(out, triton_read(query.contiguous(), store, qpos, 0.25)[0])
 
 @pytest.mark.skipif(DEVICE != 'cpu', reason='measures CPU allocations')
 def test_allocations_do_not_grow_with_rows():
@@ -135,3 +138,17 @@ def test_contract_errors():
     store = LayerStore((FP16,), 1, 1, 16, torch.float32, torch.device(DEVICE), ordered=False, keep_score=False)
     with pytest.raises(ValueError, match='stored rows'): triton_read(torch.randn(1, 1, 1, 16, device=DEVICE), store,
                                                                      torch.tensor([0], device=DEVICE), 0.25)
+
+@pytest.mark.parametrize('strategy,through_triton', [('int8', True), ('h2o', True), ('snapkv', True), ('keynorm', False)])
+def test_which_layers_read_through_triton(strategy, through_triton):
+    """On CUDA every tiered layer reads through Triton, the strategies that observe attention with their probabilities
+    too; one that reads dense keys (keynorm) attends densely, and so does any layer under a padding mask."""
+    from kvstrat.cache import CompressedCache, CompressedLayer
+    from kvstrat.core import tiny_model
+    model = tiny_model('gqa')
+    cache = CompressedCache(model, strategy)
+    with cache.attached(model), torch.no_grad(): model(torch.randint(1, 256, (1, 40)), cache=cache, use_cache=True)
+    layer = next(l for l in cache.layers if isinstance(l, CompressedLayer))
+    cuda_query = types.SimpleNamespace(is_cuda=True, shape=(1, 4, 1, 32)) # what reads_with_triton looks at
+    assert layer.reads_with_triton(cuda_query, None) == through_triton
+    assert not layer.reads_with_triton(cuda_query, torch.ones(1, 41, dtype=torch.bool))
