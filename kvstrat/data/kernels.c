@@ -22,7 +22,8 @@ static inline __m256 codes8(const uint8_t *row, int bits, int dv) {
         return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     }
     if (bits == 3) { /* eight codes fill three bytes: one 24-bit word, code i at bit 3i */
-        uint32_t w = 0; memcpy(&w, row + 3 * dv, 3);
+        uint32_t w; /* one 4-byte load that stays inside the row: the byte before the word, or after the first one */
+        if (dv) { memcpy(&w, row + 3 * dv - 1, 4); w >>= 8; } else memcpy(&w, row, 4);
         __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21));
         return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(7)));
     }
