@@ -6,10 +6,10 @@ Docs: https://kvstrat.github.io/kvstrat/attention.html.md"""
 
 # %% ../nbs/05_attention.ipynb #a20c3136
 from __future__ import annotations
-import math
+import functools, math
 import torch
 import torch.nn.functional as F
-from .quant import unpack_bits, scale_values
+from .quant import log_scale_decode, unpack_bits, scale_values
 from .store import EMPTY_SLOT, Encoded, LayerStore, TierSpec, TierStore, decode_rows, rotation
 from .store import group_heads, head_starts
 from . import kernels
@@ -17,7 +17,7 @@ from . import kernels
 # %% auto #0
 __all__ = ['TIERED_MAX_QUERIES', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read', 'explicit_attention',
            'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads', 'head_groups', 'tiered_read',
-           'tier_blocks', 'blocked_read']
+           'fused_read', 'tier_blocks', 'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -272,6 +272,60 @@ def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
         else: out[heads] += tier_values(sub, p[slots])
     probs = p.view(BH, g, q, -1).mean(1) if want_probs else None
     return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2), probs
+
+# %% ../nbs/05_attention.ipynb #1e1b3c70
+@functools.lru_cache(maxsize=4)
+def _log_scale_table(device) -> torch.Tensor: return log_scale_decode(torch.arange(256, device=device)) # (256,)
+
+def _row_ptr(x:torch.Tensor|None, row:int) -> int:
+    "Address of row `row` of a contiguous tensor (0 for None)."
+    return 0 if x is None else x.data_ptr() + row * x.stride(0) * x.element_size()
+
+# %% ../nbs/05_attention.ipynb #644eed73
+def _segments(t:TierStore, masked:bool) -> list[list[int]]|None: # masked: the chunk's queries mask this tier's rows
+    "`kernels.layer_read`'s rows for tier `t`, one per head with rows; None if the kernels cannot read its format."
+    spec, k, v, D = t.spec, t.k, t.v, t.D
+    if spec.rank is not None or not all(x.is_contiguous() for x in k.tensors() + v.tensors()): return None
+    if spec.bits is None:
+        if k.data.dtype not in kernels.SEGMENT_KINDS or D % 16: return None
+        kind, kbits, vbits, kJ, vJ = kernels.SEGMENT_KINDS[k.data.dtype], 0, 0, 0, 0
+    else:
+        kgroup = spec.key_group if spec.key_axis == 'token' else None
+        if not (kernels.supports(k.data, spec.bits_of(True), D, kgroup)
+                and kernels.supports(v.data, spec.bits_of(False), D, spec.value_group)): return None
+        if spec.key_axis == 'channel' and not _full_channel_groups(t): return None
+        kind, kbits, vbits, kJ, vJ = (kernels.SEGMENT_KINDS[spec.key_axis], spec.bits_of(True), spec.bits_of(False),
+                                      k.scale.shape[-1], v.scale.shape[-1])
+    channel, rows = spec.bits is not None and spec.key_axis == 'channel', []
+    for head, (first, n) in enumerate(zip(head_starts(t.counts).tolist(), t.counts.tolist())):
+        if not n: continue
+        kfirst = first // spec.key_group if channel else first # per-channel parameters: one row per key group
+        rows.append([head, n, kind, kernels.SEGMENT_KINDS['token'] if spec.bits else kind, kbits, vbits, kJ, vJ,
+                     spec.key_group, int(spec.symmetric), int(spec.scale_bits == 8), int(spec.rotate),
+                     _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
+                     _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
+                     _row_ptr(t.pos if masked else None, first)])
+    return rows
+
+# %% ../nbs/05_attention.ipynb #467c9799
+def fused_read(query:torch.Tensor, # (B, H_q, q, D)
+               store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
+               scaling:float) -> torch.Tensor|None: # (B, q, H_q, D), or None where the kernels cannot read a tier
+    "The tiered read of the whole layer in one call of the CPU kernels, heads of unequal rows too; no probabilities."
+    if not kernels.kernels_available() or query.device.type != 'cpu': return None
+    B, Hq, q, D = query.shape
+    BH, g, segments = store.B * store.H, Hq // store.H, []
+    for i, t in enumerate(store.tiers):
+        if not t.n: continue
+        if (rows := _segments(t, masked=i == 0 and q > 1)) is None: return None # deeper tiers hold older rows only
+        segments += rows
+    qg = (query.reshape(BH, g * q, D).float() * scaling).contiguous() # query head j*g + r serves KV head j
+    rotated = any(t.spec.rotate for t in store.tiers if t.n)
+    qr = (qg @ rotation(D, qg.device)).contiguous() if rotated else None # rotated rows: q·x = (q·H)·y
+    table = torch.tensor(segments, dtype=torch.int64)
+    out, out_rot = kernels.layer_read(qg, qr, table, qpos.long(), _log_scale_table(qg.device))
+    if out_rot is not None: out += out_rot @ rotation(D, qg.device).T
+    return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2)
 
 # %% ../nbs/05_attention.ipynb #fc11c7c8
 READ_BLOCK = 1024 # rows of every head the blocked read converts at a time: its workspace, whatever the context

@@ -15,7 +15,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, describe, exact_layer, exact_length,
                              running_model, sdpa, softcap_eager, tracking_forward)
 from .store import LayerStore
-from .attention import TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, tiered_read
+from .attention import TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, tiered_read
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
@@ -91,6 +91,8 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
         from kvstrat.triton_attention import triton_read
         return *triton_read(query, self.store, qpos, scaling, want), None
     if self.reads_tiers(padding, query.shape[2]):
+        if not want and softcap is None and (out := fused_read(query, self.store, qpos, scaling)) is not None:
+            return out, None, None # the CPU kernels read the whole layer in one call
         return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
     return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap)
 

@@ -13,8 +13,8 @@ import torch
 from .core import cache_dir, package_data
 
 # %% auto #0
-__all__ = ['KERNEL_SOURCE', 'KERNEL_BITS', 'load_kernels', 'use_kernels', 'kernels_available', 'supports', 'token_scores',
-           'token_values', 'channel_scores', 'quantize_rows']
+__all__ = ['KERNEL_SOURCE', 'KERNEL_BITS', 'SEGMENT_FIELDS', 'SEGMENT_KINDS', 'load_kernels', 'use_kernels', 'kernels_available',
+           'supports', 'token_scores', 'token_values', 'channel_scores', 'layer_read', 'quantize_rows']
 
 # %% ../nbs/03_kernels.ipynb #4776b06d
 KERNEL_SOURCE = package_data('kernels.c').read_text() # kvstrat/data/kernels.c, shipped with the package
@@ -26,7 +26,8 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {'token_scores': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None), # name: (arguments, result)
                'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None),
                'channel_scores': ([_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I], None),
-               'quantize_rows': ([_P, _P, _P, _P, _I, _I, _I, _I], _I)}
+               'quantize_rows': ([_P, _P, _P, _P, _I, _I, _I, _I], _I),
+               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _I, _I, _I], None)}
 
 def _cpu_flags() -> str:
     try: return next((l for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('flags')), '')
@@ -175,6 +176,30 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
     load_kernels().channel_scores(q.data_ptr(), codes.data_ptr(), scale.data_ptr(), zero.data_ptr(), out.data_ptr(),
                                   BH, M, n, D, bits, r)
     return out
+
+# %% ../nbs/03_kernels.ipynb #86b76e21
+SEGMENT_FIELDS = ('head', 'n', 'key_kind', 'value_kind', 'key_bits', 'value_bits', 'key_groups', 'value_groups',
+                  'key_group_rows', 'symmetric', 'log_scales', 'rotated', 'key_data', 'key_scale', 'key_zero',
+                  'value_data', 'value_scale', 'value_zero', 'pos') # the columns of `layer_read`'s table, in order
+SEGMENT_KINDS = {torch.float16: 0, torch.float32: 1, torch.bfloat16: 2, 'token': 3, 'channel': 4}
+
+def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
+               qr:torch.Tensor|None, # (BH, M, D) the same rotated, for rotated segments; None if none is
+               segments:torch.Tensor, # (S, len(SEGMENT_FIELDS)) int64, one row per (tier, head) with rows
+               qpos:torch.Tensor, # (q,) int64 query positions; query row m is query m % q
+               lut:torch.Tensor, # (256,) float32 the 8-bit log scales' values
+              ) -> tuple[torch.Tensor, torch.Tensor|None]: # (BH, M, D) plain segments' output, rotated ones'
+    "softmax(q·kᵀ + causal mask)·v of each head over all its segments, in one call (the pointers are not checked)."
+    BH, M, D = _batched('q', q)
+    if qr is not None: _check('qr', qr, torch.float32, q.shape)
+    _check('segments', segments, torch.int64, (len(segments), len(SEGMENT_FIELDS)))
+    _check('qpos', qpos, torch.int64, (len(qpos),)); _check('lut', lut, torch.float32, (256,))
+    if D % 16: raise ValueError(f"layer_read needs head_dim a multiple of 16, got {D}")
+    out, out_rot = torch.empty(BH, M, D), None if qr is None else torch.empty(BH, M, D)
+    load_kernels().layer_read(q.data_ptr(), None if qr is None else qr.data_ptr(), segments.data_ptr(), len(segments),
+                              qpos.data_ptr(), len(qpos), lut.data_ptr(), out.data_ptr(),
+                              None if out_rot is None else out_rot.data_ptr(), BH, M, D)
+    return out, out_rot
 
 # %% ../nbs/03_kernels.ipynb #5763c030
 def quantize_rows(x:torch.Tensor, # (n, D) rows to quantise (any float dtype; read as float32)

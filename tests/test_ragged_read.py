@@ -8,7 +8,7 @@ import pytest, torch
 from kvstrat import kernels
 from kvstrat.policy import Strategy
 from kvstrat.store import FP16, LayerStore, TierSpec
-from kvstrat.attention import blocked_read, dense_read, equal_heads, head_groups, reference_read, tiered_read
+from kvstrat.attention import blocked_read, dense_read, equal_heads, fused_read, head_groups, reference_read, tiered_read
 
 FORMATS = [TierSpec(8, 'token', 16, 16, symmetric=True), TierSpec(4, 'token', 8, 16, value_bits=2),
            TierSpec(2, 'token', 16, 8, rotate=True, scale_bits=8, value_bits=4),
@@ -31,8 +31,15 @@ def ragged_store(specs, B, H, T, q, seed, D=16):
     s.move(target)
     return s
 
+def fused_declines(store) -> bool:
+    "Does a tier hold a format fused_read leaves to tiered_read (low-rank, per-channel keys in partial groups)?"
+    return any(t.n and (t.spec.rank is not None or (t.spec.bits is not None and t.spec.key_axis == 'channel'
+                                                    and len(t.k.group_sizes) * t.spec.key_group != t.n))
+               for t in store.tiers)
+
 def check(store, Hq, q, block=4, scaling=0.3, seed=0):
-    "tiered_read (with and without probs, kernels on and off) and blocked_read against the reference and dense reads."
+    """tiered_read (with and without probs, kernels on and off), fused_read and blocked_read against the reference and
+    dense reads; fused_read declines only low-rank tiers and partial channel groups."""
     torch.manual_seed(seed)
     query, qpos = torch.randn(store.B, Hq, q, store.D), torch.arange(store.seen - q, store.seen)
     ref = reference_read(query, store, qpos, None, scaling)
@@ -44,6 +51,9 @@ def check(store, Hq, q, block=4, scaling=0.3, seed=0):
             torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(probs, dense_probs, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(tiered_read(query, store, qpos, scaling)[0], ref, rtol=1e-4, atol=1e-4)
+            fused = fused_read(query, store, qpos, scaling)
+            assert (fused is None) == (not on or fused_declines(store))
+            if fused is not None: torch.testing.assert_close(fused, ref, rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(blocked_read(query, store, qpos, scaling, block=block), ref, rtol=1e-4,
                                        atol=1e-4)
 

@@ -288,3 +288,143 @@ int quantize_rows(const float *x, uint8_t *packed, uint16_t *scale, uint16_t *ze
     free(codes);
     return 0;
 }
+
+/* ---- One layer's attention over every tier, head by head (`layer_read`) ----
+   A head's rows may sit in any tiers, each in its own format, so the read takes one descriptor per (tier, head)
+   segment: int64 fields, pointers already offset to the head's first row. */
+enum { KIND_F16 = 0, KIND_F32 = 1, KIND_BF16 = 2, KIND_TOKEN = 3, KIND_CHANNEL = 4 };
+enum { F_HEAD, F_N, F_KKIND, F_VKIND, F_KBITS, F_VBITS, F_KJ, F_VJ, F_KGROUP, F_SYM, F_LOG, F_ROT,
+       F_KDATA, F_KSCALE, F_KZERO, F_VDATA, F_VSCALE, F_VZERO, F_POS, N_FIELDS };
+
+/* n stored parameters as float32: 8-bit log codes through `lut` (log), else fp16 bits. */
+static void decode_params(const void *src, int log, const float *lut, size_t n, float *dst) {
+    if (log) { const uint8_t *c = src; for (size_t i = 0; i < n; i++) dst[i] = lut[c[i]]; }
+    else { const uint16_t *h = src; for (size_t i = 0; i < n; i++) dst[i] = _cvtsh_ss(h[i]); }
+}
+
+/* Row t of a float tier as D float32s (in `tmp` unless the tier is fp32 already). */
+static inline const float *float_row(const void *rows, int kind, int t, int D, float *tmp) {
+    if (kind == KIND_F32) return (const float *)rows + (size_t)t * D;
+    if (kind == KIND_F16) {
+        const uint16_t *h = (const uint16_t *)rows + (size_t)t * D;
+        for (int d = 0; d < D; d += 8) _mm256_storeu_ps(tmp + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + d))));
+    } else { /* bf16: the high half of a float32 */
+        const uint16_t *h = (const uint16_t *)rows + (size_t)t * D;
+        for (int d = 0; d < D; d += 8) {
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + d)));
+            _mm256_storeu_ps(tmp + d, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+    }
+    return tmp;
+}
+
+static inline float dot(const float *a, const float *b, int D) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    return hsum(acc);
+}
+
+/* The scores (M, n) of one segment's keys, contiguous. */
+static void segment_scores(const int64_t *s, const float *q, int M, int D, const float *lut, float *out) {
+    int n = (int)s[F_N], bits = (int)s[F_KBITS], J = (int)s[F_KJ];
+    if (s[F_KKIND] <= KIND_BF16) {
+        float *tmp = malloc(sizeof(float) * D);
+        for (int t = 0; t < n; t++) {
+            const float *k = float_row((const void *)s[F_KDATA], (int)s[F_KKIND], t, D, tmp);
+            for (int m = 0; m < M; m++) out[(size_t)m * n + t] = dot(q + (size_t)m * D, k, D);
+        }
+        free(tmp);
+    } else if (s[F_KKIND] == KIND_TOKEN) {
+        float *scale = malloc(sizeof(float) * n * J * 2), *zero = s[F_SYM] ? NULL : scale + (size_t)n * J;
+        decode_params((const void *)s[F_KSCALE], (int)s[F_LOG], lut, (size_t)n * J, scale);
+        if (zero) decode_params((const void *)s[F_KZERO], 0, lut, (size_t)n * J, zero);
+        token_scores(q, (const uint8_t *)s[F_KDATA], scale, zero, (float)(1 << (bits - 1)), out, 1, M, n, D, bits, J);
+        free(scale);
+    } else { /* per-channel key groups of r rows, every group whole */
+        int r = (int)s[F_KGROUP], G = n / r;
+        float *S = malloc(sizeof(float) * G * D * 2), *Z = S + (size_t)G * D;
+        decode_params((const void *)s[F_KSCALE], (int)s[F_LOG], lut, (size_t)G * D, S);
+        decode_params((const void *)s[F_KZERO], 0, lut, (size_t)G * D, Z);
+        channel_scores(q, (const uint8_t *)s[F_KDATA], S, Z, out, 1, M, n, D, bits, r);
+        free(S);
+    }
+}
+
+/* out (M, D) += p (M, n) · the segment's values. */
+static void segment_values(const int64_t *s, const float *p, int M, int D, const float *lut, float *out) {
+    int n = (int)s[F_N], bits = (int)s[F_VBITS], J = (int)s[F_VJ];
+    if (s[F_VKIND] <= KIND_BF16) {
+        float *tmp = malloc(sizeof(float) * D);
+        for (int t = 0; t < n; t++) {
+            const float *v = float_row((const void *)s[F_VDATA], (int)s[F_VKIND], t, D, tmp);
+            for (int m = 0; m < M; m++) {
+                __m256 w = _mm256_set1_ps(p[(size_t)m * n + t]);
+                for (int d = 0; d < D; d += 8)
+                    _mm256_storeu_ps(out + m * D + d, _mm256_fmadd_ps(w, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + m * D + d)));
+            }
+        }
+        free(tmp);
+        return;
+    }
+    float *scale = malloc(sizeof(float) * (n * J * 2 + M * D)), *zero = s[F_SYM] ? NULL : scale + (size_t)n * J;
+    float *part = scale + (size_t)n * J * 2;
+    decode_params((const void *)s[F_VSCALE], (int)s[F_LOG], lut, (size_t)n * J, scale);
+    if (zero) decode_params((const void *)s[F_VZERO], 0, lut, (size_t)n * J, zero);
+    token_values(p, (const uint8_t *)s[F_VDATA], scale, zero, (float)(1 << (bits - 1)), part, 1, M, n, D, bits, J);
+    for (int i = 0; i < M * D; i++) out[i] += part[i];
+    free(scale);
+}
+
+/* softmax(q·kᵀ + causal mask)·v of every head over its segments. q, qr (BH, M, D): scaled queries, and the same
+   rotated for the segments stored rotated (qr NULL if none is); out, out_rot (BH, M, D): the plain and the rotated
+   segments' shares (the caller rotates out_rot back). A segment with a position array masks row t for query row m
+   when pos[t] > qpos[m % nq]. */
+void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
+                const float *lut, float *out, float *out_rot, int BH, int M, int D) {
+    memset(out, 0, sizeof(float) * BH * M * D);
+    if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
+    for (int b = 0; b < BH; b++) {
+        size_t T = 0;
+        for (int i = 0; i < S; i++) if (desc[i * N_FIELDS + F_HEAD] == b) T += desc[i * N_FIELDS + F_N];
+        if (!T) continue;
+        float *sc = malloc(sizeof(float) * M * T), *mx = malloc(sizeof(float) * M * 2), *sum = mx + M;
+        size_t off = 0; /* segment blocks (M, n) one after another */
+        for (int i = 0; i < S; i++) {
+            const int64_t *s = desc + i * N_FIELDS;
+            if (s[F_HEAD] != b) continue;
+            int n = (int)s[F_N];
+            segment_scores(s, (s[F_ROT] ? qr : q) + (size_t)b * M * D, M, D, lut, sc + off);
+            if (s[F_POS]) {
+                const int32_t *pos = (const int32_t *)s[F_POS];
+                for (int m = 0; m < M; m++) for (int t = 0; t < n; t++)
+                    if (pos[t] > qpos[m % nq]) sc[off + (size_t)m * n + t] = -INFINITY;
+            }
+            off += (size_t)M * n;
+        }
+        for (int m = 0; m < M; m++) { mx[m] = -INFINITY; sum[m] = 0.f; }
+        for (int pass = 0; pass < 2; pass++) { /* the maximum, then exp and the normaliser */
+            off = 0;
+            for (int i = 0; i < S; i++) {
+                const int64_t *s = desc + i * N_FIELDS;
+                if (s[F_HEAD] != b) continue;
+                int n = (int)s[F_N];
+                for (int m = 0; m < M; m++) {
+                    float *row = sc + off + (size_t)m * n;
+                    if (!pass) for (int t = 0; t < n; t++) mx[m] = row[t] > mx[m] ? row[t] : mx[m];
+                    else for (int t = 0; t < n; t++) { row[t] = expf(row[t] - mx[m]); sum[m] += row[t]; }
+                }
+                off += (size_t)M * n;
+            }
+        }
+        off = 0;
+        for (int i = 0; i < S; i++) {
+            const int64_t *s = desc + i * N_FIELDS;
+            if (s[F_HEAD] != b) continue;
+            int n = (int)s[F_N];
+            for (int m = 0; m < M; m++) for (int t = 0; t < n; t++) sc[off + (size_t)m * n + t] /= sum[m];
+            segment_values(s, sc + off, M, D, lut, (s[F_ROT] ? out_rot : out) + (size_t)b * M * D);
+            off += (size_t)M * n;
+        }
+        free(sc); free(mx);
+    }
+}
