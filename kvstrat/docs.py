@@ -10,7 +10,7 @@ import json, re, subprocess
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SECTIONS', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes', 'page_title',
+__all__ = ['SECTIONS', 'RUN_IMAGES', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes', 'page_title',
            'sidebar_yml', 'write_sidebar', 'pages_markdown', 'md_cell', 'md_table', 'strategies_markdown', 'changed_at',
            'bench_runs', 'read_rows', 'repo_path', 'run_summary', 'results_markdown', 'results_parts', 'image_output',
            'show', 'show_results', 'ablation_markdown', 'result_files', 'result_parts', 'ablation_parts',
@@ -204,13 +204,15 @@ def results_markdown(run, nbs=None) -> str:
             f"its results.jsonl by `kvstrat.bench.results_table`.*\n\n" + results_table(read_rows(run)))
 
 # %% ../nbs/18_docs.ipynb #532da8d0
+RUN_IMAGES = ('headline.png', 'pareto.png') # a run's charts, in the order the docs show them
+
 def results_parts(run=None, root=None, nbs=None) -> list:
     "What `show_results` displays: Markdown strings and image paths (an empty list when no run is committed)."
     runs = bench_runs(root)
     if run is None and not runs: return []
     run = Path(run or runs[0])
     parts = [run_summary(run, nbs, versions=not (run/'results.md').is_file()) + '\n\n' + results_markdown(run, nbs)]
-    if (png := run/'pareto.png').is_file(): parts.append(png)
+    parts += [run/png for png in RUN_IMAGES if (run/png).is_file()]
     if others := [r for r in runs if r.resolve() != run.resolve()]:
         parts.append('Other runs: ' + ', '.join(f'`{repo_path(r, nbs)}`' for r in others) + '.')
     return parts
@@ -270,7 +272,7 @@ def result_parts(p:Path, nbs=None) -> list:
     "Markdown and images for one result: a run folder's summary, table and Pareto plot, or a JSON file and its PNG."
     if p.is_dir():
         return [run_summary(p, nbs, versions=not (p/'results.md').is_file()) + '\n\n' + results_markdown(p, nbs)] + \
-               [f for f in [p/'pareto.png'] if f.is_file()]
+               [p/png for png in RUN_IMAGES if (p/png).is_file()]
     if p.suffix == '.jsonl': # rows written by other code: their scalar fields, the first one, then numbers, then text
         rows = [{k: v for k, v in json.loads(l).items() if not isinstance(v, (dict, list))}
                 for l in p.read_text(encoding='utf-8').splitlines() if l.strip()]

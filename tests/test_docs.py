@@ -7,7 +7,7 @@ import base64, json, re, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
-from kvstrat.docs import ABLATIONS, bench_runs, nbs_path, page_title, read_rows, sidebar
+from kvstrat.docs import ABLATIONS, RUN_IMAGES, bench_runs, nbs_path, page_title, read_rows, sidebar
 from kvstrat.preview import html_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,8 +80,9 @@ def test_index_shows_the_committed_results(site):
     assert tables, 'no headline table'
     shown = {tr.find('td').get_text(strip=True) for t in tables for tr in t.find_all('tr') if tr.find('td')}
     assert len(shown) >= len({r['strategy'] for r in rows}), (shown, {r['strategy'] for r in rows})
-    if (run/'pareto.png').is_file():
-        assert any(i.get('alt') == 'pareto' for i in s.find_all('img')), 'pareto.png not shown'
+    for png in RUN_IMAGES:
+        if (run/png).is_file():
+            assert any(i.get('alt') == png.removesuffix('.png') for i in s.find_all('img')), f'{png} not shown'
 
 
 def test_design_page_loads_or_marks_each_ablation(site):
