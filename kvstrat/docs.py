@@ -182,7 +182,9 @@ def run_summary(run, nbs=None, versions:bool=True) -> str:
     if not rows: return f'Run `{repo_path(run, nbs)}` (no results.jsonl).'
     ppl = [r for r in rows if r.get('protocol') == 'ppl']
     r, s = (ppl or rows)[-1], (ppl or rows)[-1].get('settings') or {}
-    pairs = ', '.join(dict.fromkeys(f"{describe_model(x.get('model'))} on {x.get('text')}" for x in rows))
+    texts = {} # model -> its texts, in row order
+    for x in rows: texts.setdefault(x.get('model'), {})[x.get('text')] = None
+    pairs = ', '.join(f"{describe_model(m)} on {' and '.join(map(str, t))}" for m, t in texts.items())
     protocol = (f"protocol P: {s.get('windows')} windows, each a {s.get('prefill')}-token prefill then "
                 f"{s.get('score')} scored tokens in chunks of {s.get('chunk')}, every scored token attending to "
                 f"the compressed cache"
