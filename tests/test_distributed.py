@@ -3,6 +3,7 @@ writes, a worker killed in the middle of a unit, a killed driver resumed, and on
 import json, os, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 from types import SimpleNamespace
+import numpy as np
 import pytest, torch
 from kvstrat.cli import main
 from kvstrat.distributed import DIE_ONCE, RAY_EXTRA
@@ -37,6 +38,17 @@ def figures(out:Path) -> dict:
     "Each row's fields but its timings and environment, by (protocol, strategy)."
     return {(r['protocol'], r['strategy']): {k: v for k, v in r.items() if k not in NOT_FIGURES} for r in rows_of(out)}
 
+def assert_same_figures(a:dict, b:dict):
+    """`figures` of two runs agree: the same rows and fields, floats (and lists of them) to float32 rounding, the rest
+    exactly. On some CPUs a matmul's last bit depends on the batch, and a unit holds fewer windows than a serial batch."""
+    assert sorted(a) == sorted(b)
+    num = lambda v: isinstance(v, float) or (isinstance(v, list) and bool(v) and all(isinstance(x, float) for x in v))
+    for key in a:
+        assert sorted(a[key]) == sorted(b[key]), key
+        for k, v in a[key].items():
+            if num(v) and num(b[key][k]): assert np.allclose(v, b[key][k], rtol=1e-5, atol=1e-3), (key, k, v, b[key][k])
+            else: assert v == b[key][k], (key, k, v, b[key][k])
+
 @pytest.fixture(scope='module')
 def serial(text, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp('serial')
@@ -70,7 +82,7 @@ def test_two_workers_equal_serial(cluster, serial, text, tmp_path):
     "Every figure of every row, computed as units on two workers, equals the serial run's; so does every resume key."
     out = tmp_path/'two'
     assert main(tiny_args(text, out, '--workers', '2')) == 0
-    assert figures(out) == figures(serial)
+    assert_same_figures(figures(out), figures(serial))
     assert sorted(map(row_key, rows_of(out))) == sorted(map(row_key, rows_of(serial)))
     assert len(rows_of(out)) == 6 and main(tiny_args(text, out, '--workers', '2')) == 0 and len(rows_of(out)) == 6
 
@@ -79,7 +91,7 @@ def test_worker_killed_mid_unit_is_retried(cluster, serial, text, tmp_path):
     cluster.marker.touch()
     assert main(tiny_args(text, tmp_path, '--workers', '2')) == 0
     assert not cluster.marker.exists(), 'no unit died'
-    assert figures(tmp_path) == figures(serial)
+    assert_same_figures(figures(tmp_path), figures(serial))
 
 def test_killed_driver_resumes(cluster, text, tmp_path):
     "Kill a driver (on the module's Ray, through --ray) once a row is written; the rerun adds the missing rows."
