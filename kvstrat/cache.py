@@ -76,7 +76,7 @@ def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) 
 
 @patch
 def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None) -> bool:
-    "On CUDA, with Triton, attention reads every tier from its codes, with the probabilities where `reads_tiers` has them."
+    "On CUDA, with Triton, attention reads every tier from its codes, probabilities too, wherever `reads_tiers` may."
     if not (query.is_cuda and self.reads_tiers(padding, query.shape[2]) and softcap is None): return False
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
     return triton_available()

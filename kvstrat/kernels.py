@@ -85,7 +85,7 @@ def supports(x:torch.Tensor, # any tensor of the tier (its device decides)
              D:int, # head_dim
              group:int|None=None, # channels per token group (None: per-channel keys)
             ) -> bool:
-    "Can the kernels read a tier of this format? 8, 4, 3 or 2 bits on the CPU, `D` a multiple of 16, groups of whole 8s."
+    "Can the kernels read a tier of this format? 8, 4, 3 or 2 bits on the CPU, `D` a multiple of 16, groups of 8s."
     return (bits in KERNEL_BITS and x.device.type == 'cpu' and D % 16 == 0 and (group is None or group % 8 == 0)
             and kernels_available())
 
