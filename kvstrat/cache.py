@@ -142,7 +142,7 @@ def place(self:CompressedLayer, probs, keys, padding): # padding (B, seen) bool 
     if self.state is not None: # evicted rows (not padding) go into the heads' state
         fold = target == view.evicted
         if is_pad is not None: fold &= ~is_pad
-    try: folded = self.store.move(target, fold, may_evict=not self.needs.ordered or is_pad is not None)
+    try: folded = self.store.move(target, fold, padding=is_pad)
     except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
     for heads, pos, k, v in folded: self.state.absorb(heads, pos, k, v, self.store.seen)
 

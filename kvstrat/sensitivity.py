@@ -18,8 +18,9 @@ from .linear_attention import attention_override, causal_attention, model_shape
 from .calibration import calibration_windows
 
 # %% auto #0
-__all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'layer_costs', 'Sensitivity',
-           'load_sensitivity', 'measure_sensitivity', 'allocate', 'calibration_set', 'main']
+__all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'layer_costs', 'evicting_attention',
+           'eviction_costs', 'Sensitivity', 'load_sensitivity', 'measure_sensitivity', 'knapsack', 'allocate',
+           'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -102,6 +103,35 @@ def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
         for (h, kv, j), kl in zip(part, _kl(exact_logp, logits).tolist()): cost[h, kv, j] = kl
     return cost
 
+# %% ../nbs/11b_sensitivity.ipynb #80261b8c
+def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv, T, D) ×2
+                       evicts:list[tuple[slice, int]], # (batch rows, KV head) that evict
+                       sinks:int, window:int) -> torch.Tensor: # (B, T, H_q, D)
+    "Causal attention where each listed KV head, on its rows, sees its first `sinks` tokens and the `window` before each."
+    B, Hq, T, _ = query.shape
+    g = Hq // key.shape[1]
+    t, p = torch.arange(T, device=query.device)[:, None], torch.arange(T, device=query.device)
+    mask = (p <= t).expand(B, Hq, T, T).clone() # as the cache reads: the rows kept at the last step, and the new one
+    for rows, h in evicts: mask[rows, h * g:(h + 1) * g] = (p <= t) & ((p < sinks) | (p >= t - window))
+    out = F.scaled_dot_product_attention(query, key.repeat_interleave(g, 1), value.repeat_interleave(g, 1),
+                                         attn_mask=mask, scale=scaling)
+    return out.transpose(1, 2)
+
+# %% ../nbs/11b_sensitivity.ipynb #d45e87bc
+@torch.no_grad()
+def eviction_costs(model, windows:torch.Tensor, # (W, T) calibration ids
+                   layer_idx:int, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
+                   window:int, sinks:int=4) -> torch.Tensor: # (H_kv,)
+    "KL each KV head of one layer costs alone when it keeps only its first `sinks` and its `window` newest tokens."
+    H, W = ModelSpec.of(model).n_kv_heads, windows.shape[0]
+    evicts = [(slice(h * W, (h + 1) * W), h) for h in range(H)] # copy h of the batch: head h evicts
+    def attend(i, q, k, v, scaling):
+        if i != layer_idx: return causal_attention(q, k, v, scaling)
+        return evicting_attention(q, k, v, scaling, evicts, sinks, window)
+    with attention_override(model, attend), batch_repeated(model, layer_idx, H):
+        logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
+    return _kl(exact_logp, logits)
+
 # %% ../nbs/11b_sensitivity.ipynb #a1000015
 @dataclass
 class Sensitivity:
@@ -111,10 +141,12 @@ class Sensitivity:
     family: FormatFamily = FormatFamily()
     shape: tuple|None = None # (model_type, n_layers, n_kv_heads, head_dim) of the model measured
     source: str = '' # what it was measured on
+    evict: torch.Tensor|None = None # (n_layers, n_kv_heads) KL of each head keeping only sinks and `window` newest
+    window: int|None = None # the newest tokens an evicting head keeps, where `evict` was measured
 
     def save(self, path):
         d = dict(cost=self.cost.tolist(), bits=list(self.bits), family=asdict(self.family), shape=self.shape,
-                 source=self.source)
+                 source=self.source, window=self.window, evict=None if self.evict is None else self.evict.tolist())
         Path(path).write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
@@ -122,7 +154,8 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
     "A saved `Sensitivity`; with `spec`, an error unless it was measured on a model of that shape."
     d = json.loads(Path(path).read_text())
     s = Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
-                    None if d['shape'] is None else tuple(d['shape']), d.get('source', ''))
+                    None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
+                    None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'))
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
                          f"head_dim), but this model is {model_shape(spec)}: measure one with "
@@ -134,16 +167,21 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
 def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, disjoint from evaluation text
                         family:FormatFamily=FormatFamily(), bits:tuple=FORMAT_BITS, sinks:int=4,
                         scored:int|None=None, # positions scored at the end of each window (None: the last half)
+                        window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
+                        widths:Sensitivity|None=None, # width costs measured before on these windows: kept, not remeasured
                         source:str='', progress=None) -> Sensitivity: # progress(layer_idx, n_layers) after each
-    "Each (layer, KV head)'s keys and values, each width: the KL it alone adds on `windows`."
+    "Each (layer, KV head)'s keys and values at each width, and each head evicting: the KL it alone adds on `windows`."
     spec, scored = ModelSpec.of(model), scored or windows.shape[1] // 2
     windows = windows.to(next(model.parameters()).device)
     exact = F.log_softmax(model(windows, use_cache=False, logits_to_keep=scored).logits.float(), -1)
-    costs = []
+    costs, evict = [], []
     for i in range(spec.n_layers):
-        costs.append(layer_costs(model, windows, i, family, exact, bits, sinks))
+        if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks))
+        if window is not None: evict.append(eviction_costs(model, windows, i, exact, window, sinks))
         if progress: progress(i, spec.n_layers)
-    return Sensitivity(torch.stack(costs), tuple(bits), family, model_shape(spec), source)
+    cost = widths.cost if widths is not None else torch.stack(costs)
+    return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
+                       torch.stack(evict) if evict else None, window)
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001d
 def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and bytes of each choice per tensor
@@ -152,24 +190,32 @@ def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and byte
 
 def _bytes(row_bytes, choice) -> float: return row_bytes.gather(1, choice[:, None]).sum().item()
 
+# %% ../nbs/11b_sensitivity.ipynb #97a6bfbe
+def knapsack(cost:torch.Tensor, nbytes:torch.Tensor, # (n, k) cost and bytes of each item's k choices
+             budget:float) -> torch.Tensor: # (n,) the choice of each item
+    "The choices of least summed cost whose summed bytes fit `budget`: a Lagrangian bisection, then a greedy fill."
+    cost, nbytes = cost.double(), nbytes.double()
+    if budget < (least := nbytes.min(1).values.sum().item()) - 1e-9:
+        raise ValueError(f"a budget of {budget:.6g} B is below the {least:.6g} B the choices need at least")
+    if _bytes(nbytes, free := _widths_at(cost, nbytes, 0.0)) <= budget: return free # the cheapest choices fit
+    lo, hi = 0.0, 1.0
+    while _bytes(nbytes, _widths_at(cost, nbytes, hi)) > budget: hi *= 2 # a price high enough to fit
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _bytes(nbytes, _widths_at(cost, nbytes, mid)) <= budget else (mid, hi)
+    return _fill(cost, nbytes, _widths_at(cost, nbytes, hi), budget)
+
 # %% ../nbs/11b_sensitivity.ipynb #a100001e
 def allocate(sens:Sensitivity, row_bytes:torch.Tensor, # (2, len(bits)) bytes per key row and value row, each width
              target:float) -> torch.Tensor: # mean bytes per (token, head) row, keys and values together
     "(n_layers, n_kv_heads, 2) width index of each head's keys and values: least summed cost within `target`."
     L, H = sens.cost.shape[:2]
-    cost = sens.cost.reshape(-1, len(sens.bits)).double() # (L*H*2, k)
-    rb = row_bytes.double().repeat(L * H, 1) # keys, values, keys, ...: the layout of `cost`
-    budget, n = target * L * H, L * H
-    lo_b, hi_b = rb.min(1).values.sum().item() / n, rb.max(1).values.sum().item() / n
+    lo_b, hi_b = row_bytes.min(1).values.sum().item(), row_bytes.max(1).values.sum().item()
     if not lo_b - 1e-9 <= target: raise ValueError(f"a target of {target:.2f} B per row is below what the widths "
                                                    f"reach: {lo_b:.2f} to {hi_b:.2f} B per row")
-    if target >= hi_b: return torch.zeros(L, H, 2, dtype=torch.long) # every tensor at the most precise width
-    lo, hi = 0.0, 1.0
-    while _bytes(rb, _widths_at(cost, rb, hi)) > budget: hi *= 2 # a price high enough to fit
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _bytes(rb, _widths_at(cost, rb, mid)) <= budget else (mid, hi)
-    return _fill(cost, rb, _widths_at(cost, rb, hi), budget).view(L, H, 2)
+    cost = sens.cost.reshape(-1, len(sens.bits)) # (L*H*2, k)
+    rb = row_bytes.repeat(L * H, 1) # keys, values, keys, ...: the layout of `cost`
+    return knapsack(cost, rb, target * L * H).view(L, H, 2)
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001f
 def _fill(cost, rb, choice:torch.Tensor, budget:float) -> torch.Tensor:
@@ -198,20 +244,32 @@ def main(argv=None) -> int:
     p.add_argument('--windows', type=int, default=2, help='windows per text, every other one with a passage to copy')
     p.add_argument('--length', type=int, default=320); p.add_argument('--repeat', type=int, default=128)
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
+    p.add_argument('--window', type=int, default=64, help='newest tokens an evicting head keeps (0: no eviction)')
+    p.add_argument('--only-eviction', action='store_true',
+                   help="keep the width costs in --out (measured on these windows) and measure eviction alone")
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     if o.threads: torch.set_num_threads(o.threads)
     try:
+        widths = load_sensitivity(o.out) if o.only_eviction else None
+        if widths is not None and widths.family != FormatFamily(key_group=o.group):
+            raise ValueError(f"{o.out} was measured for {widths.family}, not key groups of {o.group}")
         model, tok = load_model(o.model, o.device)
+        if widths is not None and widths.shape != model_shape(ModelSpec.of(model)):
+            raise ValueError(f"{o.out} was measured on a model of shape {widths.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)
-    except (ValueError, OSError, NotImplementedError) as e:
+    except (ValueError, OSError, NotImplementedError, KeyError) as e:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
     t0 = time.time()
     report = lambda i, n: print(f'layer {i + 1}/{n} measured, {time.time() - t0:.0f} s', file=sys.stderr, flush=True)
     source = (f"{o.model} on {', '.join(o.texts)}: {o.windows} windows of {o.length} tokens per text outside every "
               f"evaluation window, every other one ending in a {o.repeat}-token passage repeated from its start; "
               f"KL over the last {o.length // 2} positions")
-    measure_sensitivity(model, windows, FormatFamily(key_group=o.group), source=source, progress=report).save(o.out)
+    if widths is not None and widths.source != source:
+        print(f"kvstrat-calibrate: error: {o.out} was measured on other windows ({widths.source})", file=sys.stderr)
+        return 2
+    measure_sensitivity(model, windows, FormatFamily(key_group=o.group), window=o.window or None, widths=widths,
+                        source=source, progress=report).save(o.out)
     print(f'wrote {o.out}', file=sys.stderr)
     return 0
 

@@ -366,6 +366,7 @@ class LayerStore:
                       for i, spec in enumerate(specs)]
         self.seen = 0 # tokens written so far: the next token's position
         self.padding_evicted = torch.zeros(B, dtype=torch.long, device=device) # leading padding tokens freed, per row
+        self.dropped: torch.Tensor|None = None # (B*H,) tokens each head of an ordered store evicted: its oldest
 
 # %% ../nbs/04_store.ipynb #714110f6
 @patch
@@ -388,21 +389,30 @@ def kept(self:LayerStore) -> torch.Tensor:
 
 # %% ../nbs/04_store.ipynb #f7cdc2e6
 @patch
-def nbytes(self:LayerStore) -> int: return sum(t.nbytes() for t in self.tiers) + self.padding_evicted.nbytes
+def nbytes(self:LayerStore) -> int:
+    extra = self.padding_evicted.nbytes + (self.dropped.nbytes if self.dropped is not None else 0)
+    return sum(t.nbytes() for t in self.tiers) + extra
+
+# %% ../nbs/04_store.ipynb #75296743
+@patch
+def below(self:LayerStore) -> torch.Tensor:
+    "(B*H_kv, seen) bool: the tokens not in tier 0 (deeper or evicted), freed padding aside."
+    t0 = self.tiers[0]
+    out = torch.ones(self.B * self.H, self.seen, dtype=torch.bool, device=self.device)
+    out[t0.heads(), t0.pos.long()] = False
+    return out & (torch.arange(self.seen, device=self.device) >= self.padding_evicted.repeat_interleave(self.H)[:, None])
 
 # %% ../nbs/04_store.ipynb #a29bcc45
 @patch
 def positions(self:LayerStore) -> list[torch.Tensor]:
     "Each tier's row positions `(N_i,)`: stored, or (deeper tiers of an ordered store) implied by the layout."
     if not self.ordered or len(self.tiers) == 1: return [t.pos.long() for t in self.tiers]
-    # The tokens not in tier 0 (nor freed padding) are the deeper tiers' rows: the deepest holds the oldest of them.
-    t0, BH = self.tiers[0], self.B * self.H
-    below = torch.ones(BH, self.seen, dtype=torch.bool, device=self.device)
-    below[t0.heads(), t0.pos.long()] = False
-    below &= torch.arange(self.seen, device=self.device) >= self.padding_evicted.repeat_interleave(self.H)[:, None]
-    heads, pos = below.nonzero(as_tuple=True) # head-major, oldest first
+    # The tokens not in tier 0 (nor freed padding) are the evicted ones and the deeper tiers' rows, oldest first.
+    heads, pos = self.below().nonzero(as_tuple=True) # head-major, oldest first
+    BH = self.B * self.H
     rank = index_in_head(heads, torch.bincount(heads, minlength=BH))
-    out, first = [t0.pos.long()], torch.zeros(BH, dtype=torch.long, device=self.device)
+    first = self.dropped.clone() if self.dropped is not None else torch.zeros(BH, dtype=torch.long, device=self.device)
+    out = [self.tiers[0].pos.long()]
     for t in reversed(self.tiers[1:]):
         last = first + t.counts.long()
         out.insert(1, pos[(rank >= first[heads]) & (rank < last[heads])])
@@ -464,25 +474,41 @@ def leave(self:LayerStore, i:int, leaving:torch.Tensor) -> tuple: # (N_i,) bool 
     t.clear() if whole else t.select(~leaving)
     return heads, pos, score, k, v
 
+# %% ../nbs/04_store.ipynb #b1b533f1
+@patch
+def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 row goes to
+                  padding:torch.Tensor|None): # (N,) bool: padding rows, not counted here
+    "Count the rows each head of an ordered store evicts: a head evicts or sinks, never both, so the evicted are its oldest."
+    t0, BH, n_tiers = self.tiers[0], self.B * self.H, len(self.tiers)
+    gone = target == n_tiers if padding is None else (target == n_tiers) & ~padding
+    if self.dropped is None and not gone.any(): return
+    drops = torch.bincount(t0.heads()[gone], minlength=BH)
+    sinks = torch.bincount(t0.heads()[(target > 0) & (target < n_tiers)], minlength=BH)
+    sinks += sum(t.counts.long() for t in self.tiers[1:])
+    before = self.dropped if self.dropped is not None else torch.zeros_like(drops)
+    if ((drops + before > 0) & (sinks > 0)).any():
+        raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, not both "
+                         "(its deeper rows must be its oldest)")
+    self.dropped = before + drops
+
 # %% ../nbs/04_store.ipynb #018f10f0
 @patch
 @torch.no_grad()
 def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movable tiers goes to; n_tiers: evicted
          fold:torch.Tensor|None=None, # (N,) bool: evicted rows to hand back instead of dropping
-         may_evict:bool=True, # False: a row bound for eviction is an error (an ordered store's rows only sink)
+         padding:torch.Tensor|None=None, # (N,) bool: rows that are padding, already counted in `padding_evicted`
         ) -> list[tuple]: # `(heads, pos, k, v)` of the folded rows, per tier they left
     "Move the movable tiers' rows (tier 0 first) to their target tiers."
     tiers, n_tiers = self.movable(), len(self.tiers)
     sizes = [t.n for t in tiers]
     arrivals, folded = [[] for _ in self.tiers], []
     folds = fold.split(sizes) if fold is not None else [None] * len(tiers)
+    if self.ordered: self.count_dropped(target, padding)
     for i, (rows, folding) in enumerate(zip(target.split(sizes), folds)):
         leaving = rows != i
         if not leaving.any(): continue
         dest = rows[leaving]
         dests = dest.unique().tolist()
-        if not may_evict and n_tiers in dests:
-            raise ValueError("an ordered store's rows move to deeper tiers, they cannot be evicted")
         heads, pos, score, k, v = self.leave(i, leaving)
         if folding is not None and (f := folding[leaving]).any(): folded.append((heads[f], pos[f], k[f], v[f]))
         for j, part in _split_by_dest(dest, dests, (heads, pos, score, k, v), n_tiers).items():
@@ -501,12 +527,15 @@ def gather_batches(self:LayerStore, batch_idx:torch.Tensor):
     "Keep batch elements `batch_idx` (with repeats)."
     for t in self.tiers: t.gather_batches(batch_idx.cpu() if self.device.type == 'cpu' else batch_idx, self.B)
     self.padding_evicted = self.padding_evicted[batch_idx]
+    if self.dropped is not None: self.dropped = self.dropped.view(self.B, self.H)[batch_idx].flatten()
     self.B = len(batch_idx)
 
 # %% ../nbs/04_store.ipynb #f1bd0186
 @patch
 def crop(self:LayerStore, length:int):
     "Forget every token at position `length` or later."
+    if self.dropped is not None: # a head's evicted tokens are its oldest: those left are at most all it had before
+        self.dropped = torch.minimum(self.dropped, self.below()[:, :length].sum(1))
     for t, pos in zip(self.tiers, self.positions()):
         if t.n: t.select(pos < length)
     self.seen = length

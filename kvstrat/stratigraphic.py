@@ -45,18 +45,19 @@ _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', '
 @dataclass
 class PrecisionPlan:
     "What Stratigraphic derives for one model: the tier every (layer, KV head)'s rows sink into."
-    tier: torch.Tensor # (n_layers, n_kv_heads) tier index (1 + key width index · 4 + value width index)
-    widths: torch.Tensor # (n_layers, n_kv_heads, 2) bits of the head's keys and values
+    tier: torch.Tensor # (n_layers, n_kv_heads) 1 + key width index · 4 + value width index; 17 (no tier): evicts
+    widths: torch.Tensor # (n_layers, n_kv_heads, 2) bits of the head's keys and values (0: it evicts them)
     planned: float # the compression the plan reaches at `length` tokens
     source: str # what calibration it came from
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0003
-def uniform_sensitivity(spec:ModelSpec, family:FormatFamily) -> Sensitivity:
+def uniform_sensitivity(spec:ModelSpec, family:FormatFamily,
+                        window:int|None=None) -> Sensitivity: # evicting beyond it costs as 1 bit would
     "Every tensor of every head costs alike: the allocation then gives all of them the same widths where it can."
     per_width = torch.tensor([4.0 ** -b for b in FORMAT_BITS]) # fewer bits cost more, by the same factor for all
+    evict = torch.full((spec.n_layers, spec.n_kv_heads), 2 * 4.0 ** -1) if window is not None else None
     return Sensitivity(per_width.expand(spec.n_layers, spec.n_kv_heads, 2, -1).clone(), FORMAT_BITS, family,
-                       model_shape(spec),
-                       'uniform: every head alike')
+                       model_shape(spec), 'uniform: every head alike', evict, window)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0004
 @register
@@ -71,6 +72,7 @@ class Stratigraphic(Strategy):
     residual: int = 12 # most recent tokens kept at fp16 (and up to `group - 1` more, until a whole group can sink)
     sinks: int = 4 # first tokens kept at fp16
     group: int = 32 # tokens per per-channel key group: rows sink in whole groups of this many
+    window: int|None = 64 # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
 
     def needs(self): return Needs(ordered=True)
     @property
@@ -78,13 +80,13 @@ class Stratigraphic(Strategy):
     def tiers(self, head_dim:int):
         return (FP16, *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod
-    def example(cls): return cls(ratio=2.5, residual=8, sinks=2, group=8, length=96)
+    def example(cls): return cls(ratio=2.5, residual=8, sinks=2, group=8, length=96, window=8) # one head evicts
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0005
 @patch
 def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
     "The calibration `self.calibration` names, checked against the model and the formats."
-    if self.calibration == 'uniform': return uniform_sensitivity(spec, self.family)
+    if self.calibration == 'uniform': return uniform_sensitivity(spec, self.family, self.window)
     if self.calibration != 'auto':
         if not Path(self.calibration).is_file():
             raise ValueError(f"stratigraphic: calibration {self.calibration!r} is not 'auto', 'uniform' or a file")
@@ -93,13 +95,18 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
         found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
                  if json.loads(p.read_text())['shape'] == list(model_shape(spec))]
         if not found:
-            s = uniform_sensitivity(spec, self.family)
+            s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
         s = load_sensitivity(found[0], spec)
     if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
         raise ValueError(f"stratigraphic: calibration {self.calibration} was measured for {s.family} at widths "
                          f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS}")
+    if self.window is not None and (s.evict is None or s.window != self.window):
+        measured = f'beyond {s.window} tokens' if s.evict is not None else 'not at all'
+        raise ValueError(f"stratigraphic: calibration {self.calibration} measured eviction {measured}: use "
+                         f"window={s.window if s.evict is not None else 'none'}, or measure it with "
+                         f"`kvstrat-calibrate --only-eviction --window {self.window}`")
     return s
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
@@ -115,31 +122,47 @@ def compression_at(self:Stratigraphic, row_bytes:float, head_dim:int) -> float:
     held, fp_row = self.fp16_held(head_dim)
     return self.length * 2 * 2 * head_dim / (held * fp_row + (self.length - held) * row_bytes)
 
+# %% ../nbs/11_stratigraphic.ipynb #05fdca45
+@patch
+def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
+    "(L·H_kv, k) cost and bytes at `length` of each head's choices: every (key, value) width pair, then evicting."
+    held, fp_row = self.fp16_held(head_dim)
+    rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
+    counts = 4 * len(self.tiers(head_dim)) # every tier's int32 row count of the head
+    pair_bytes = counts + held * fp_row + (self.length - held) * (rb[0][:, None] + rb[1][None]).flatten() # (widths²,)
+    cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
+    nbytes = pair_bytes.expand(len(cost), -1)
+    if self.window is None: return cost, nbytes
+    evict_bytes = torch.full((len(cost), 1), float(counts + (self.sinks + self.window) * fp_row + 8)) # + its dropped count
+    return torch.cat([cost, sens.evict.flatten()[:, None]], 1), torch.cat([nbytes, evict_bytes], 1)
+
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0007
 @patch
 def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
     D = spec.head_dim
     if not self.ratio >= 1:
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
-    if self.residual < 0 or self.sinks < 0 or self.group < 1:
-        raise ValueError(f"stratigraphic residual and sinks must be >= 0 and group >= 1, got "
-                         f"{self.residual}, {self.sinks}, {self.group}")
+    if self.residual < 0 or self.sinks < 0 or self.group < 1 or (self.window is not None and self.window < 0):
+        raise ValueError(f"stratigraphic residual, sinks and window must be >= 0 and group >= 1, got "
+                         f"{self.residual}, {self.sinks}, {self.window}, {self.group}")
     held, fp_row = self.fp16_held(D)
     if self.length <= held:
         raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
-    sens, rb = self.sensitivity(spec), format_row_bytes(self.family, D) # rb (2, widths): keys, values
-    widest, narrowest = rb.max(1).values.sum().item(), rb.min(1).values.sum().item() # bytes per row, K + V
-    lo, hi = self.compression_at(widest, D), self.compression_at(narrowest, D)
+    sens = self.sensitivity(spec)
+    cost, nbytes = self.head_choices(sens, D) # (L·H, choices)
+    fp16 = self.length * 2 * 2 * D # one head's bytes at fp16
+    lo, hi = fp16 / nbytes.max(1).values.mean().item(), fp16 / nbytes.min(1).values.mean().item()
     if self.ratio > hi + 1e-9:
-        raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its widths "
-                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens or a lower ratio)")
+        raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
+                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, eviction or a lower ratio)")
     if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what 8 bits everywhere reach "
                                       f"({lo:.2f}x): every head is stored at 8 bits", stacklevel=2)
-    target = (self.length * 2 * 2 * D / self.ratio - held * fp_row) / (self.length - held)
-    w = allocate(sens, rb, max(target, narrowest))
-    spent = rb[torch.arange(2), w].sum(-1).mean().item()
-    bits = torch.tensor(FORMAT_BITS)
-    return PrecisionPlan(1 + w[..., 0] * len(FORMAT_BITS) + w[..., 1], bits[w], self.compression_at(spent, D),
+    choice = knapsack(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo))
+    planned = len(cost) * fp16 / nbytes.gather(1, choice[:, None]).sum().item()
+    k, evicts = len(FORMAT_BITS), choice == len(FORMAT_BITS) ** 2
+    bits = torch.tensor(FORMAT_BITS)[torch.stack([choice // k, choice % k], -1).clamp(max=k - 1)]
+    shape = (spec.n_layers, spec.n_kv_heads)
+    return PrecisionPlan((1 + choice).view(shape), bits.masked_fill(evicts[:, None], 0).view(*shape, 2), planned,
                          sens.source)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
@@ -150,4 +173,6 @@ def provenance(self:Stratigraphic, plan:PrecisionPlan) -> str|None: return plan.
 def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds tier 0 alone (ordered)
     sink = sinking_rows(view, self.residual, self.sinks, self.group)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
+    if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
+        sink = torch.where(tier == view.evicted, (view.pos < view.seen - self.window) & (view.pos >= self.sinks), sink)
     return torch.where(sink, tier, 0)

@@ -1,6 +1,6 @@
 """Stratigraphic's invariants over random settings (hypothesis): rows only sink, sinks and the recent window stay
 exact, the byte target is met as `cache.nbytes()` measures it, and the calibrated allocation meets any target in
-range."""
+range; with eviction, the evicting heads hold their sinks and window alone."""
 import warnings
 import torch
 from hypothesis import given, settings, strategies as st
@@ -27,7 +27,7 @@ def _run(strategy, T:int, chunk:int, seed:int):
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
 def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, seed):
     T, rb = 160, format_row_bytes(FormatFamily(key_group=8), 32)
-    s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform')
+    s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform', window=None)
     lo, hi = (s.compression_at(x.sum().item(), 32) for x in (rb.max(1).values, rb.min(1).values)) # 8 and 2 bits
     s.ratio = ratio = lo + frac * (hi - lo) # anywhere in the reachable range
     cache, history = _run(s, T, chunk, seed)
@@ -38,6 +38,29 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
         if p < sinks or p >= T - residual: assert tier == 0, (l, h, p) # sinks and the window stay fp16
     assert len(last) == 2 * 2 * T # nothing is evicted
     # the plan leaves out only the per-tier row counts (4 B per head of each tier in use): about 1 % here
+    assert cache.fp16_nbytes() / cache.nbytes() >= ratio * 0.98
+
+@settings(max_examples=8, deadline=None)
+@given(frac=st.floats(0, 1), window=st.integers(2, 24), sinks=st.integers(0, 4),
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
+def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window, sinks, chunk, seed):
+    T = 160
+    s = Stratigraphic(residual=8, sinks=sinks, group=8, length=T, window=window, calibration='uniform')
+    _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
+    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
+    s.ratio = ratio = lo + frac * (hi - lo) # anywhere in reach, evicting every head at the top
+    cache, history = _run(s, T, chunk, seed)
+    for before, after in zip(history, history[1:]):
+        for key, tier in before.items(): # one way: a row stays, sinks, or is evicted and never comes back
+            assert key not in after or after[key] == tier or (tier == 0 and after[key] > 0), key
+    gone = {key for before in history for key in before} - set(history[-1])
+    evicts = cache.derived.widths[..., 0] == 0
+    for l, layer in enumerate(cache.layers):
+        for h in range(layer.store.B * layer.store.H):
+            mine = sorted(p for (l2, h2, p) in history[-1] if (l2, h2) == (l, h))
+            if evicts[l, h % layer.store.H]: assert mine == [*range(sinks), *range(T - window, T)], (l, h, mine)
+            else: assert mine == list(range(T)), (l, h) # it keeps every token
+    assert all(p >= sinks for _, _, p in gone) # sinks are never evicted
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio * 0.98
 
 @settings(max_examples=25, deadline=None)
