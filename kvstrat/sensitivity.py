@@ -168,16 +168,21 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
                         family:FormatFamily=FormatFamily(), bits:tuple=FORMAT_BITS, sinks:int=4,
                         scored:int|None=None, # positions scored at the end of each window (None: the last half)
                         window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
+                        evict_windows:torch.Tensor|None=None, # (W', T') ids eviction is measured on (None: `windows`)
                         widths:Sensitivity|None=None, # width costs measured before on these windows: kept, not remeasured
                         source:str='', progress=None) -> Sensitivity: # progress(layer_idx, n_layers) after each
-    "Each (layer, KV head)'s keys and values at each width, and each head evicting: the KL it alone adds on `windows`."
-    spec, scored = ModelSpec.of(model), scored or windows.shape[1] // 2
-    windows = windows.to(next(model.parameters()).device)
-    exact = F.log_softmax(model(windows, use_cache=False, logits_to_keep=scored).logits.float(), -1)
+    "Each (layer, KV head)'s keys and values at each width, and each head evicting: the KL it alone adds."
+    spec, device = ModelSpec.of(model), next(model.parameters()).device
+    exact_on = lambda w, n: F.log_softmax(model(w, use_cache=False, logits_to_keep=n).logits.float(), -1)
+    windows = windows.to(device)
+    exact = exact_on(windows, scored or windows.shape[1] // 2) if widths is None else None
+    if window is not None:
+        evict_windows = windows if evict_windows is None else evict_windows.to(device)
+        evict_exact = exact_on(evict_windows, scored or evict_windows.shape[1] // 2)
     costs, evict = [], []
     for i in range(spec.n_layers):
         if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks))
-        if window is not None: evict.append(eviction_costs(model, windows, i, exact, window, sinks))
+        if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks))
         if progress: progress(i, spec.n_layers)
     cost = widths.cost if widths is not None else torch.stack(costs)
     return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
@@ -245,6 +250,8 @@ def main(argv=None) -> int:
     p.add_argument('--length', type=int, default=320); p.add_argument('--repeat', type=int, default=128)
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
     p.add_argument('--window', type=int, default=64, help='newest tokens an evicting head keeps (0: no eviction)')
+    p.add_argument('--evict-length', type=int, default=1024,
+                   help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',
                    help="keep the width costs in --out (measured on these windows) and measure eviction alone")
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
@@ -258,6 +265,7 @@ def main(argv=None) -> int:
         if widths is not None and widths.shape != model_shape(ModelSpec.of(model)):
             raise ValueError(f"{o.out} was measured on a model of shape {widths.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)
+        evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if o.window else None
     except (ValueError, OSError, NotImplementedError, KeyError) as e:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
     t0 = time.time()
@@ -265,11 +273,13 @@ def main(argv=None) -> int:
     source = (f"{o.model} on {', '.join(o.texts)}: {o.windows} windows of {o.length} tokens per text outside every "
               f"evaluation window, every other one ending in a {o.repeat}-token passage repeated from its start; "
               f"KL over the last {o.length // 2} positions")
-    if widths is not None and widths.source != source:
+    if widths is not None and widths.source.split('; eviction')[0] != source:
         print(f"kvstrat-calibrate: error: {o.out} was measured on other windows ({widths.source})", file=sys.stderr)
         return 2
-    measure_sensitivity(model, windows, FormatFamily(key_group=o.group), window=o.window or None, widths=widths,
-                        source=source, progress=report).save(o.out)
+    if o.window: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
+                            f"tokens per text, KL over the last {o.evict_length // 2}")
+    measure_sensitivity(model, windows, FormatFamily(key_group=o.group), window=o.window or None,
+                        evict_windows=evict_windows, widths=widths, source=source, progress=report).save(o.out)
     print(f'wrote {o.out}', file=sys.stderr)
     return 0
 

@@ -72,7 +72,7 @@ class Stratigraphic(Strategy):
     residual: int = 12 # most recent tokens kept at fp16 (and up to `group - 1` more, until a whole group can sink)
     sinks: int = 4 # first tokens kept at fp16
     group: int = 32 # tokens per per-channel key group: rows sink in whole groups of this many
-    window: int|None = 64 # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
+    window: int|None = None # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
 
     def needs(self): return Needs(ordered=True)
     @property
@@ -154,7 +154,8 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
     lo, hi = fp16 / nbytes.max(1).values.mean().item(), fp16 / nbytes.min(1).values.mean().item()
     if self.ratio > hi + 1e-9:
         raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
-                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, eviction or a lower ratio)")
+                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio, or "
+                         f"eviction: window=64)")
     if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what 8 bits everywhere reach "
                                       f"({lo:.2f}x): every head is stored at 8 bits", stacklevel=2)
     choice = knapsack(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo))
