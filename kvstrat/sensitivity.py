@@ -107,7 +107,7 @@ def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
 def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv, T, D) ×2
                        evicts:list[tuple[slice, int]], # (batch rows, KV head) that evict
                        sinks:int, window:int) -> torch.Tensor: # (B, T, H_q, D)
-    "Causal attention where each listed KV head, on its rows, sees its first `sinks` tokens and the `window` before each."
+    "Causal attention where each listed KV head, on its rows, sees its first `sinks` and the `window` tokens before."
     B, Hq, T, _ = query.shape
     g = Hq // key.shape[1]
     t, p = torch.arange(T, device=query.device)[:, None], torch.arange(T, device=query.device)
@@ -169,7 +169,7 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
                         scored:int|None=None, # positions scored at the end of each window (None: the last half)
                         window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
                         evict_windows:torch.Tensor|None=None, # (W', T') ids eviction is measured on (None: `windows`)
-                        widths:Sensitivity|None=None, # width costs measured before on these windows: kept, not remeasured
+                        widths:Sensitivity|None=None, # width costs measured before on these windows: kept as they are
                         source:str='', progress=None) -> Sensitivity: # progress(layer_idx, n_layers) after each
     "Each (layer, KV head)'s keys and values at each width, and each head evicting: the KL it alone adds."
     spec, device = ModelSpec.of(model), next(model.parameters()).device

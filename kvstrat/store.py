@@ -400,7 +400,8 @@ def below(self:LayerStore) -> torch.Tensor:
     t0 = self.tiers[0]
     out = torch.ones(self.B * self.H, self.seen, dtype=torch.bool, device=self.device)
     out[t0.heads(), t0.pos.long()] = False
-    return out & (torch.arange(self.seen, device=self.device) >= self.padding_evicted.repeat_interleave(self.H)[:, None])
+    freed = self.padding_evicted.repeat_interleave(self.H)[:, None] # (B*H, 1) leading padding tokens of each head
+    return out & (torch.arange(self.seen, device=self.device) >= freed)
 
 # %% ../nbs/04_store.ipynb #a29bcc45
 @patch
@@ -478,7 +479,7 @@ def leave(self:LayerStore, i:int, leaving:torch.Tensor) -> tuple: # (N_i,) bool 
 @patch
 def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 row goes to
                   padding:torch.Tensor|None): # (N,) bool: padding rows, not counted here
-    "Count the rows each head of an ordered store evicts: a head evicts or sinks, never both, so the evicted are its oldest."
+    "Count the rows each head of an ordered store evicts: a head evicts or sinks, never both, so these are its oldest."
     t0, BH, n_tiers = self.tiers[0], self.B * self.H, len(self.tiers)
     gone = target == n_tiers if padding is None else (target == n_tiers) & ~padding
     if self.dropped is None and not gone.any(): return
@@ -487,8 +488,8 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
     sinks += sum(t.counts.long() for t in self.tiers[1:])
     before = self.dropped if self.dropped is not None else torch.zeros_like(drops)
     if ((drops + before > 0) & (sinks > 0)).any():
-        raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, not both "
-                         "(its deeper rows must be its oldest)")
+        raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
+                         "not both (its deeper rows must be its oldest)")
     self.dropped = before + drops
 
 # %% ../nbs/04_store.ipynb #018f10f0

@@ -64,7 +64,8 @@ def uniform_sensitivity(spec:ModelSpec, family:FormatFamily,
 @dataclass
 class Stratigraphic(Strategy):
     ("Calibrated per-head precision: each (layer, KV head)'s keys and values sink one way, in whole key groups, "
-     "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio.")
+     "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio; with `window`, "
+     "eviction beyond it is one more choice per head, the deepest zone.")
     name: ClassVar[str] = 'stratigraphic'
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
     calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'
@@ -133,7 +134,8 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
     cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
     nbytes = pair_bytes.expand(len(cost), -1)
     if self.window is None: return cost, nbytes
-    evict_bytes = torch.full((len(cost), 1), float(counts + (self.sinks + self.window) * fp_row + 8)) # + its dropped count
+    evict_bytes = counts + (self.sinks + self.window) * fp_row + 8 # its sinks and window at fp16, its dropped count
+    evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
     return torch.cat([cost, sens.evict.flatten()[:, None]], 1), torch.cat([nbytes, evict_bytes], 1)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0007
