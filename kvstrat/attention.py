@@ -95,11 +95,17 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
         out, _, probs = explicit_attention(query, key, value, allowed, scaling, softcap) # (B, H_kv, g, q, D), (..., T)
         probs = probs.mean(2).reshape(B * Hkv, q, T) if want_probs else None
         return out.to(value.dtype).view(B, Hq, q, D).transpose(1, 2), probs
-    qg = query.reshape(B, Hkv, g * q, D) # query head j*g + r serves KV head j, as in repeat_kv
-    mask = None if allowed is None else allowed.expand(B, Hkv, q, T)[:, :, None].expand(B, Hkv, g, q, T)
-    mask = None if mask is None else mask.reshape(B, Hkv, g * q, T)
-    out = F.scaled_dot_product_attention(qg, key, value, attn_mask=mask, scale=scaling)
-    return out.view(B, Hq, q, D).transpose(1, 2), None
+    if allowed is None:
+        qg = query.reshape(B, Hkv, g * q, D) # query head j*g + r serves KV head j, as in repeat_kv
+        out = F.scaled_dot_product_attention(qg, key, value, scale=scaling)
+        return out.view(B, Hq, q, D).transpose(1, 2), None
+    # One KV head at a time, its g query heads sharing its (q, T) mask: on CPU, sdpa turns a boolean mask into a
+    # float one of the mask's shape, which repeated for every query row would be as large as the scores.
+    allowed = allowed.expand(B, Hkv, q, T)
+    out = torch.cat([F.scaled_dot_product_attention(query[:, j * g:(j + 1) * g], key[:, j:j + 1], value[:, j:j + 1],
+                                                    attn_mask=allowed[:, j:j + 1], scale=scaling)
+                     for j in range(Hkv)], 1) # (B, H_q, q, D)
+    return out.transpose(1, 2), None
 
 # %% ../nbs/05_attention.ipynb #78504394
 def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:torch.Tensor|None, scaling:float,
