@@ -3,7 +3,7 @@ exact, the byte target is met as `cache.nbytes()` measures it, and the calibrate
 range; with eviction, the evicting heads hold their sinks and window alone."""
 import warnings
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from kvstrat.stratigraphic import *
 from kvstrat.sensitivity import format_row_bytes
 
@@ -25,11 +25,13 @@ def _run(strategy, T:int, chunk:int, seed:int):
 @settings(max_examples=8, deadline=None)
 @given(frac=st.floats(0, 1), residual=st.integers(0, 12), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
+@example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0) # the top of the range: every head at 2 bits
 def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, seed):
-    T, rb = 160, format_row_bytes(FormatFamily(key_group=8), 32)
+    T = 160
     s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform', window=None)
-    lo, hi = (s.compression_at(x.sum().item(), 32) for x in (rb.max(1).values, rb.min(1).values)) # 8 and 2 bits
-    s.ratio = ratio = lo + frac * (hi - lo) # anywhere in the reachable range
+    _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family), 32) # as the plan counts them
+    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values)) # 8 and 2 bits
+    s.ratio = ratio = lo + frac * (hi - lo) # anywhere in the reachable range, both ends included
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
         for key, tier in before.items(): assert after[key] == tier or (tier == 0 and after[key] > 0), key # one way
@@ -43,6 +45,7 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
 @settings(max_examples=8, deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 24), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
+@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0) # the top of the range: every head evicts
 def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window, sinks, chunk, seed):
     T = 160
     s = Stratigraphic(residual=8, sinks=sinks, group=8, length=T, window=window, calibration='uniform')
