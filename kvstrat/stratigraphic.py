@@ -117,12 +117,6 @@ def fp16_held(self:Stratigraphic, head_dim:int) -> tuple[float, int]:
     waiting = max(self.length - self.sinks - self.residual, 0) % self.group
     return self.sinks + self.residual + waiting, 2 * 2 * head_dim + 4 # fp16 keys, values, int32 pos
 
-@patch
-def compression_at(self:Stratigraphic, row_bytes:float, head_dim:int) -> float:
-    "The compression at `length` tokens when every sunk row costs `row_bytes` (keys and values together)."
-    held, fp_row = self.fp16_held(head_dim)
-    return self.length * 2 * 2 * head_dim / (held * fp_row + (self.length - held) * row_bytes)
-
 # %% ../nbs/11_stratigraphic.ipynb #05fdca45
 @patch
 def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,5 +171,5 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds
     sink = sinking_rows(view, self.residual, self.sinks, self.group)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
-        sink = torch.where(tier == view.evicted, (view.pos < view.seen - self.window) & (view.pos >= self.sinks), sink)
+        sink = torch.where(tier == view.evicted, sinking_rows(view, self.window, self.sinks, None), sink)
     return torch.where(sink, tier, 0)
