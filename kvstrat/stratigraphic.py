@@ -26,12 +26,12 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'Stratigraphic', 'load_model', 'load_text', 'tokenize', 'eval_windows',
-           'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES',
-           'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta',
-           'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned',
-           'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity',
-           'load_sensitivity', 'allocate']
+__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'load_model',
+           'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache',
+           'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register',
+           'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM',
+           'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily',
+           'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -59,6 +59,17 @@ def uniform_sensitivity(spec:ModelSpec, family:FormatFamily,
     return Sensitivity(per_width.expand(spec.n_layers, spec.n_kv_heads, 2, -1).clone(), FORMAT_BITS, family,
                        model_shape(spec), 'uniform: every head alike', evict, window)
 
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0014
+def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=None) -> Sensitivity:
+    ("The first version's measure in the knapsack's place, for the ablation: uniform costs, scaled by each head's "
+     "attention-entropy weight from the shipped profile (mean 1 per layer; more weight, more bits).")
+    profile = Zoned(profile='auto').resolve_profile(spec)
+    s = uniform_sensitivity(spec, family, window)
+    s.cost *= profile.weights[..., None, None]
+    if s.evict is not None: s.evict *= profile.weights
+    s.source = f'entropy profile: {profile.source}'
+    return s
+
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0004
 @register
 @dataclass
@@ -68,16 +79,20 @@ class Stratigraphic(Strategy):
      "eviction beyond it is one more choice per head, the deepest zone.")
     name: ClassVar[str] = 'stratigraphic'
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
-    calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'
+    calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
     length: int = 1024 # context the target is planned at: the fp16 sinks and window weigh more in a shorter one
     residual: int = 12 # most recent tokens kept at fp16 (and up to `group - 1` more, until a whole group can sink)
     sinks: int = 4 # first tokens kept at fp16
-    group: int = 32 # tokens per per-channel key group: rows sink in whole groups of this many
+    group: int = 32 # tokens per per-channel key group: rows sink in whole groups; channels per group with keys='token'
     window: int|None = None # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
+    widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
+    schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
+    keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (the ablation's per-row demotion)
+    rotate: bool = False # Hadamard-rotate keys and values before quantising
 
     def needs(self): return Needs(ordered=True)
     @property
-    def family(self) -> FormatFamily: return FormatFamily(key_group=self.group)
+    def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     def tiers(self, head_dim:int):
         return (FP16, *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod
@@ -88,9 +103,11 @@ class Stratigraphic(Strategy):
 def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
     "The calibration `self.calibration` names, checked against the model and the formats."
     if self.calibration == 'uniform': return uniform_sensitivity(spec, self.family, self.window)
+    if self.calibration == 'entropy': return entropy_sensitivity(spec, self.family, self.window)
     if self.calibration != 'auto':
         if not Path(self.calibration).is_file():
-            raise ValueError(f"stratigraphic: calibration {self.calibration!r} is not 'auto', 'uniform' or a file")
+            raise ValueError(f"stratigraphic: calibration {self.calibration!r} is not 'auto', 'uniform', 'entropy' "
+                             "or a file")
         s = load_sensitivity(self.calibration, spec)
     else:
         found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
@@ -102,7 +119,8 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
         s = load_sensitivity(found[0], spec)
     if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
         raise ValueError(f"stratigraphic: calibration {self.calibration} was measured for {s.family} at widths "
-                         f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS}")
+                         f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS} (calibration=uniform "
+                         "prices every head alike in any format)")
     if self.window is not None and (s.evict is None or s.window != self.window):
         measured = f'beyond {s.window} tokens' if s.evict is not None else 'not at all'
         raise ValueError(f"stratigraphic: calibration {self.calibration} measured eviction {measured}: use "
@@ -114,23 +132,73 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
 @patch
 def fp16_held(self:Stratigraphic, head_dim:int) -> tuple[float, int]:
     "Rows each head holds at fp16 at `length` (sinks, window, the old rows short of a whole key group), bytes per row."
-    waiting = max(self.length - self.sinks - self.residual, 0) % self.group
+    old = max(self.length - self.sinks - self.residual, 0)
+    waiting = old % self.group if self.keys == 'channel' else 0 # per-token keys need no group to fill
     return self.sinks + self.residual + waiting, 2 * 2 * head_dim + 4 # fp16 keys, values, int32 pos
+
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0015
+@patch
+def bit_widths(self:Stratigraphic) -> tuple[int, ...]:
+    "The widths of `self.widths`, most precise first; a clear error for one the formats do not have."
+    try: bits = tuple(sorted({int(b) for b in self.widths.split('/')}, reverse=True))
+    except ValueError: bits = ()
+    if not bits or not set(bits) <= set(FORMAT_BITS):
+        raise ValueError(f"stratigraphic widths must be drawn from {'/'.join(map(str, FORMAT_BITS))}, "
+                         f"got {self.widths!r}")
+    return bits
+
+@patch
+def choice_tiers(self:Stratigraphic) -> torch.Tensor:
+    "(k,) the tier each of a head's choices sinks its rows into: every (key, value) pair of its widths, then evicting."
+    k, allowed = len(FORMAT_BITS), [FORMAT_BITS.index(b) for b in self.bit_widths()]
+    pairs = [1 + kj * k + vj for kj in allowed for vj in allowed] # tier 1 + kj·k + vj stores that pair
+    return torch.tensor(pairs + ([1 + k * k] if self.window is not None else [])) # 1 + k²: no tier, evicted
 
 # %% ../nbs/11_stratigraphic.ipynb #05fdca45
 @patch
 def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
-    "(L·H_kv, k) cost and bytes at `length` of each head's choices: every (key, value) width pair, then evicting."
+    "(L·H_kv, k) cost and bytes at `length` of each head's `choice_tiers`: its (key, value) width pairs, then evicting."
     held, fp_row = self.fp16_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     counts = 4 * len(self.tiers(head_dim)) # every tier's int32 row count of the head
     pair_bytes = counts + held * fp_row + (self.length - held) * (rb[0][:, None] + rb[1][None]).flatten() # (widths²,)
     cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
-    nbytes = pair_bytes.expand(len(cost), -1)
+    pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
+    cost, nbytes = cost[:, pairs], pair_bytes[pairs].expand(len(cost), -1)
     if self.window is None: return cost, nbytes
     evict_bytes = counts + (self.sinks + self.window) * fp_row + 8 # its sinks and window at fp16, its dropped count
     evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
     return torch.cat([cost, sens.evict.flatten()[:, None]], 1), torch.cat([nbytes, evict_bytes], 1)
+
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0016
+def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer's heads need at least, hold at most
+                  weights:torch.Tensor, # (L,) each layer's share, before the bounds
+                  total:float) -> torch.Tensor: # (L,) budgets summing to `total`
+    "Split `total` bytes over layers in proportion to `weights`; a layer out of its bounds gets its bound, the rest share."
+    least, most, weights = least.double(), most.double(), weights.double()
+    fixed, budget = torch.zeros(len(weights), dtype=torch.bool), torch.zeros(len(weights), dtype=torch.double)
+    for _ in range(len(weights)):
+        free = ~fixed
+        budget[free] = weights[free] * (total - budget[fixed].sum()) / weights[free].sum()
+        out = free & ((budget < least) | (budget > most))
+        if not out.any(): break
+        budget[out] = budget[out].clamp(least[out], most[out])
+        fixed |= out
+    return budget
+
+@patch
+def choose(self:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, # (L·H_kv, k)
+           budget:float, n_layers:int) -> torch.Tensor: # (L·H_kv,) index into each head's choices
+    "One knapsack over every head ('calibrated'), or one per layer at the bytes `schedule` gives it (the ablation)."
+    if self.schedule == 'calibrated': return knapsack(cost, nbytes, budget)
+    c, b = cost.view(n_layers, -1, cost.shape[-1]), nbytes.view(n_layers, -1, nbytes.shape[-1])
+    share = layer_budgets(b.min(-1).values.sum(-1), b.max(-1).values.sum(-1), layer_weights(n_layers, self.schedule),
+                          budget)
+    choices, left = [], 0.0 # a layer's few heads leave some of its share unspent: the next layer may spend it
+    for l in range(n_layers):
+        choices.append(knapsack(c[l], b[l], share[l].item() + left))
+        left += share[l].item() - b[l].gather(1, choices[-1][:, None]).sum().item()
+    return torch.cat(choices)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0007
 @patch
@@ -141,6 +209,11 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
     if self.residual < 0 or self.sinks < 0 or self.group < 1 or (self.window is not None and self.window < 0):
         raise ValueError(f"stratigraphic residual, sinks and window must be >= 0 and group >= 1, got "
                          f"{self.residual}, {self.sinks}, {self.window}, {self.group}")
+    if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
+        raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
+                         f"head_dim {D}), got {self.keys!r}")
+    if self.schedule != 'calibrated' and self.schedule not in SCHEDULES:
+        raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
     held, fp_row = self.fp16_held(D)
     if self.length <= held:
         raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
@@ -152,15 +225,15 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
         raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
                          f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio, or "
                          f"eviction: window=64)")
-    if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what 8 bits everywhere reach "
-                                      f"({lo:.2f}x): every head is stored at 8 bits", stacklevel=2)
-    choice = knapsack(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo))
+    if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what {self.bit_widths()[0]} bits "
+                                      f"everywhere reach ({lo:.2f}x): every head is stored at them", stacklevel=2)
+    choice = self.choose(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo), spec.n_layers)
     planned = len(cost) * fp16 / nbytes.gather(1, choice[:, None]).sum().item()
-    k, evicts = len(FORMAT_BITS), choice == len(FORMAT_BITS) ** 2
-    bits = torch.tensor(FORMAT_BITS)[torch.stack([choice // k, choice % k], -1).clamp(max=k - 1)]
+    tier, k = self.choice_tiers()[choice], len(FORMAT_BITS)
+    evicts = tier == 1 + k * k
+    bits = torch.tensor(FORMAT_BITS)[torch.stack([(tier - 1) // k, (tier - 1) % k], -1).clamp(max=k - 1)]
     shape = (spec.n_layers, spec.n_kv_heads)
-    return PrecisionPlan((1 + choice).view(shape), bits.masked_fill(evicts[:, None], 0).view(*shape, 2), planned,
-                         sens.source)
+    return PrecisionPlan(tier.view(shape), bits.masked_fill(evicts[:, None], 0).view(*shape, 2), planned, sens.source)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
@@ -168,7 +241,7 @@ def provenance(self:Stratigraphic, plan:PrecisionPlan) -> str|None: return plan.
 
 @patch
 def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds tier 0 alone (ordered)
-    sink = sinking_rows(view, self.residual, self.sinks, self.group)
+    sink = sinking_rows(view, self.residual, self.sinks, self.group if self.keys == 'channel' else None)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
         sink = torch.where(tier == view.evicted, sinking_rows(view, self.window, self.sinks, None), sink)

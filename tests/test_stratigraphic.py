@@ -22,13 +22,19 @@ def _run(strategy, T:int, chunk:int, seed:int):
                             for h, p in zip(t.heads().tolist(), pos.tolist())})
     return cache, history
 
-@settings(max_examples=8, deadline=None)
+# the default, and the ablation's settings: fixed layer shares without the 3-bit tier; per-row demotion, rotated
+SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2'), dict(schedule='uniform', keys='token', rotate=True)]
+
+@settings(max_examples=12, deadline=None)
 @given(frac=st.floats(0, 1), residual=st.integers(0, 12), sinks=st.integers(0, 4),
-       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
-@example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0) # the top of the range: every head at 2 bits
-def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, seed):
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), setting=st.sampled_from(SETTINGS))
+@example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[0]) # the top: every head at 2 bits
+@example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[2])
+@example(frac=0.0, residual=12, sinks=4, chunk=16, seed=1, setting=SETTINGS[1]) # the bottom: every head at 8 bits
+def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, seed, setting):
     T = 160
-    s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform', window=None)
+    s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform', window=None,
+                      **setting)
     _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family), 32) # as the plan counts them
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values)) # 8 and 2 bits
     s.ratio = ratio = lo + frac * (hi - lo) # anywhere in the reachable range, both ends included
@@ -39,6 +45,8 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
     for (l, h, p), tier in last.items():
         if p < sinks or p >= T - residual: assert tier == 0, (l, h, p) # sinks and the window stay fp16
     assert len(last) == 2 * 2 * T # nothing is evicted
+    allowed = {int(b) for b in s.widths.split('/')}
+    assert set(cache.derived.widths.unique().tolist()) <= allowed, cache.derived.widths
     # the plan leaves out only the per-tier row counts (4 B per head of each tier in use): about 1 % here
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio * 0.98
 
