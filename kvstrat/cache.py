@@ -71,13 +71,14 @@ def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) 
     "May attention read the tiers in place? Heads of unequal rows may, unless the strategy wants the probabilities."
     # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
     # queries over 2k tokens would be about 75 MB per layer.
-    return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None and self.state is None
+    return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None
             and not self.needs.keys and (not self.needs.attention or equal_heads(self.store)))
 
 @patch
 def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None) -> bool:
     "On CUDA, with Triton, attention reads every tier from its codes, probabilities too, wherever `reads_tiers` may."
-    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2]) and softcap is None): return False
+    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2]) and softcap is None and self.state is None):
+        return False
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
     return triton_available()
 
@@ -92,8 +93,9 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
         return *triton_read(query, self.store, qpos, scaling, want), None
     if self.reads_tiers(padding, query.shape[2]):
         if not want and softcap is None and (out := fused_read(query, self.store, qpos, scaling)) is not None:
-            return out, None, None # the CPU kernels read the whole layer in one call
-        return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
+            # the CPU kernels read the whole layer in one call; heads with a state read theirs beside it
+            return (out if self.state is None else self.state.read_beside(out, query, qpos, scaling)), None, None
+        if self.state is None: return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
     return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap)
 
 # %% ../nbs/07_cache.ipynb #ff8e44c4

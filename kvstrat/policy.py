@@ -76,6 +76,8 @@ class HeadState(Protocol):
     def attend(self, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2: the new queries and every stored slot
                slot_pos, qpos, allowed, # (B, H_kv, T), (q,), (B, H_kv, q, T) as in `allowed_slots`
                scaling:float, want_probs:bool) -> tuple[torch.Tensor, torch.Tensor|None]: ... # as `grouped_attention`
+    def read_beside(self, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
+                    query, qpos, scaling:float) -> torch.Tensor: ... # `out`, its heads' part read with the state
     def absorb(self, heads, pos, k, v, # (n,) flat heads and positions, (n, D) float32 rows leaving the exact cache
                seen:int): ... # tokens written so far
     def gather_batches(self, batch_idx:torch.Tensor): ...

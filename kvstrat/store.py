@@ -422,13 +422,15 @@ def positions(self:LayerStore) -> list[torch.Tensor]:
 
 # %% ../nbs/04_store.ipynb #f32941e3
 @patch
-def dense(self:LayerStore) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def dense(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone; None: every tier
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "Every tier decoded into `(B, H_kv, T, D)` keys and values, and each slot's position `(B, H_kv, T)`."
-    counts = torch.stack([t.counts for t in self.tiers]).long() # (n_tiers, B*H)
+    read = self.tiers[:tiers]
+    counts = torch.stack([t.counts for t in read]).long() # (n_tiers, B*H)
     total = counts.sum(0) # (B*H,)
     T, pad = int(total.max()), int(total.max() - total.min())
     cols = [] # per non-empty tier: its keys, values and positions, split by head: one copy, no scatter
-    for t, c, pos in zip(self.tiers, counts.tolist(), self.positions()):
+    for t, c, pos in zip(read, counts.tolist(), self.positions()):
         if t.n: cols.append([x.split(c) for x in (*t.read(self.dtype), pos.to(torch.int32))])
     fill = [torch.zeros(pad, self.D, dtype=self.dtype, device=self.device)] * 2
     fill.append(torch.full((pad,), EMPTY_SLOT, dtype=torch.int32, device=self.device))

@@ -202,7 +202,9 @@ def choose(self:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, # (L·H_k
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0007
 @patch
-def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
+def prepare(self:Stratigraphic, spec:ModelSpec,
+            heads:torch.Tensor|None=None, # (L, H_kv) bool: the heads it stores (hybrid's retrieval heads); None: all
+           ) -> PrecisionPlan: # heads not in `heads` are planned as evicting: their rows leave the store
     D = spec.head_dim
     if not self.ratio >= 1:
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
@@ -214,11 +216,15 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
                          f"head_dim {D}), got {self.keys!r}")
     if self.schedule != 'calibrated' and self.schedule not in SCHEDULES:
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
+    if heads is not None and self.schedule != 'calibrated':
+        raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
     held, fp_row = self.fp16_held(D)
     if self.length <= held:
         raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
     sens = self.sensitivity(spec)
     cost, nbytes = self.head_choices(sens, D) # (L·H, choices)
+    planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()
+    cost, nbytes = cost[planned_heads], nbytes[planned_heads]
     fp16 = self.length * 2 * 2 * D # one head's bytes at fp16
     lo, hi = fp16 / nbytes.max(1).values.mean().item(), fp16 / nbytes.min(1).values.mean().item()
     if self.ratio > hi + 1e-9:
@@ -229,7 +235,8 @@ def prepare(self:Stratigraphic, spec:ModelSpec) -> PrecisionPlan:
                                       f"everywhere reach ({lo:.2f}x): every head is stored at them", stacklevel=2)
     choice = self.choose(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo), spec.n_layers)
     planned = len(cost) * fp16 / nbytes.gather(1, choice[:, None]).sum().item()
-    tier, k = self.choice_tiers()[choice], len(FORMAT_BITS)
+    k = len(FORMAT_BITS)
+    tier = torch.full((len(planned_heads),), 1 + k * k).masked_scatter(planned_heads, self.choice_tiers()[choice])
     evicts = tier == 1 + k * k
     bits = torch.tensor(FORMAT_BITS)[torch.stack([(tier - 1) // k, (tier - 1) % k], -1).clamp(max=k - 1)]
     shape = (spec.n_layers, spec.n_kv_heads)

@@ -15,7 +15,8 @@ import torch
 from contextlib import contextmanager, nullcontext
 from .core import package_data
 from .adapter import ModelSpec
-from .attention import explicit_attention
+from .attention import allowed_slots, explicit_attention, grouped_attention
+from .store import EMPTY_SLOT
 from .linear_attention import (StreamParams, model_shape, feature, decayed_attention, combine_state,
                                       attention_override)
 from .policy import LayerView, Needs, Strategy, STRATEGIES, make_strategy, register
@@ -66,14 +67,28 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
     "Exact attention for retrieval heads; sinks + window + state for streaming heads. Returns `(B, q, H_q, D)`, probs."
     B, Hq, q, D = query.shape
     H, T, g, w = key.shape[1], key.shape[2], Hq // key.shape[1], self.p.window
-    kp, t0 = slot_pos.long()[:, :, None, :], int(qpos[0]) # (B, H, 1, T)
-    due = (kp >= self.p.sinks) & (kp <= qpos.long()[:, None] - w) & self.heads[None, :, None, None] # (B, H, q, T)
+    i, r, qh = self.idx, (~self.heads).nonzero()[:, 0], query.view(B, H, g, q, D)
+    allowed = allowed.expand(B, H, q, T)
+    out, probs = torch.zeros(B, H, g, q, D, device=query.device), None
+    if want_probs: probs = torch.zeros(B, H, q, T, device=query.device)
+    if len(r): # retrieval heads: plain attention (sdpa, one head's mask at a time, unless probabilities are wanted)
+        if want_probs:
+            out[:, r], _, p = explicit_attention(qh[:, r].flatten(1, 2), key[:, r], value[:, r], allowed[:, r], scaling)
+            probs[:, r] = p.mean(2)
+        else:
+            o, _ = grouped_attention(qh[:, r].flatten(1, 2), key[:, r], value[:, r], allowed[:, r], scaling)
+            out[:, r] = o.transpose(1, 2).unflatten(1, (len(r), g)).float()
+    # streaming heads hold few rows, first in each head's slots: attend to those alone
+    Ts = int((slot_pos[:, i] != EMPTY_SLOT).sum(-1).max())
+    kp, t0 = slot_pos[:, i, :Ts].long()[:, :, None, :], int(qpos[0]) # (B, h, 1, Ts)
+    due = (kp >= self.p.sinks) & (kp <= qpos.long()[:, None] - w) # (B, h, q, Ts)
     if self.layer.frozen: due = torch.zeros_like(due)
-    out, lse, p = explicit_attention(query, key, value, allowed & ~due, scaling) # (B, H, g, q, D), (B, H, g, q)
-    i = self.idx
+    ok = allowed[:, i, :, :Ts]
+    o_s, lse, p = explicit_attention(qh[:, i].flatten(1, 2), key[:, i, :Ts], value[:, i, :Ts], ok & ~due, scaling)
+    if want_probs: probs[:, i, :, :Ts] = p.mean(2)
     # stored rows that become due in this chunk, lined up by the step u at which they enter the state
-    arrive = (due & allowed)[:, i, -1] # (B, h, T): due for the last query, and not padding
-    u = kp[:, i, 0] + w - t0
+    arrive = (due & ok)[:, :, -1] # (B, h, Ts): due for the last query, and not padding
+    u = kp[:, :, 0] + w - t0
     b_, h_, s_ = (arrive & (u >= 0)).nonzero(as_tuple=True)
     fk = torch.zeros(B, len(i), q, D, device=query.device)
     vs = torch.zeros(B, len(i), q, D + 1, device=query.device)
@@ -82,14 +97,25 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
                                            torch.ones(len(b_), 1, device=query.device)], -1)
     S0 = (self.S if self.t_state < 0 else
           self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None])
-    fq = feature(query.reshape(B, H, g, q, D)[:, i], self.p.feature_map, self.temp[None, :, None, None])
+    fq = feature(qh[:, i], self.p.feature_map, self.temp[None, :, None, None])
     rep = lambda x: x[:, :, None].expand(B, len(i), g, *x.shape[2:]).reshape(B, len(i) * g, *x.shape[2:])
     o, _ = decayed_attention(fq.reshape(B, len(i) * g, q, D), rep(fk), rep(vs), self.log_lam.repeat_interleave(g),
                              rep(S0))
     o = o.view(B, len(i), g, q, D + 1)
-    out[:, i] = combine_state(out[:, i], lse[:, i], o[..., :D], o[..., D], self.gain)
-    probs = p.mean(2).reshape(B * H, q, T) if want_probs else None
+    out[:, i] = combine_state(o_s, lse, o[..., :D], o[..., D], self.gain)
+    probs = probs.reshape(B * H, q, T) if want_probs else None
     return out.reshape(B, Hq, q, D).transpose(1, 2).to(query.dtype), probs
+
+# %% ../nbs/12_streaming.ipynb #5f1e0a01
+@patch
+def read_beside(self:StreamingState, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
+                query, qpos, scaling:float) -> torch.Tensor:
+    "`out` with the streaming heads' attention taken from `attend`: they hold their rows in tier 0 alone."
+    st = self.layer.store
+    K, V, slot_pos = st.dense(tiers=1) # (B, H_kv, T0, D): a few rows per head, never its deeper tiers
+    mine, _ = self.attend(query, K, V, slot_pos, qpos, allowed_slots(slot_pos, qpos, None), scaling, False)
+    heads = self.heads.repeat_interleave(query.shape[1] // st.H) # (H_q,) the query heads of streaming KV heads
+    return torch.where(heads[None, None, :, None], mine, out)
 
 # %% ../nbs/12_streaming.ipynb #8ffe543c
 @dataclass
@@ -327,15 +353,15 @@ def assign(self:Streaming, view:LayerView): return self.fold_due(view, self.stre
 @register
 @dataclass
 class Hybrid(Streaming):
-    "Streaming heads as in `streaming`; the retrieval heads are stored by `zoned` at compression `ratio`."
+    "Streaming heads as in `streaming`; the retrieval heads are stored by `stratigraphic` at compression `ratio`."
     name: ClassVar[str] = 'hybrid'
-    ratio: float = 3.0 # zoned's target compression for the retrieval heads
-    residual: int = 32 # zoned's fp16 recent window
-    group: int = 64 # zoned's quantisation group
+    ratio: float = 3.0 # stratigraphic's target compression for the retrieval heads
+    residual: int = 12 # stratigraphic's fp16 recent window
+    group: int = 32 # stratigraphic's key group: its shipped calibration is for groups of 32
 
     @property
-    def inner(self) -> Strategy: # looked up by name: zoned's module builds on this one
-        return STRATEGIES['zoned'](ratio=self.ratio, residual=self.residual, group=self.group)
+    def inner(self) -> Strategy: # looked up by name: stratigraphic's module builds on this one
+        return STRATEGIES['stratigraphic'](ratio=self.ratio, residual=self.residual, group=self.group)
     @classmethod
     def example(cls): return cls(fraction=0.5, pattern='index', window=8, ratio=2.5, residual=8, group=16)
     def needs(self): return self.inner.needs()
@@ -350,7 +376,8 @@ class HybridSetup(StreamingSetup):
 # %% ../nbs/12_streaming.ipynb #6dfee18a
 @patch
 def prepare(self:Hybrid, spec:ModelSpec) -> HybridSetup:
-    return HybridSetup(**vars(Streaming.prepare(self, spec)), inner=self.inner.prepare(spec))
+    streaming = Streaming.prepare(self, spec)
+    return HybridSetup(**vars(streaming), inner=self.inner.prepare(spec, heads=~streaming.mask))
 
 # %% ../nbs/12_streaming.ipynb #231425d8
 @patch

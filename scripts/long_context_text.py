@@ -1,7 +1,9 @@
-"""Write a text of 4 WikiText-2 test windows of 4,096 tokens that no streaming-head calibration window touches.
+"""Write a text of 4 WikiText-2 test windows of 4,096 tokens that no calibration window touches.
 
-Calibration windows (stage 1: 2 x 1,024 tokens; stage 2: 16 x 512 or 16 x 1,024) avoid the 1,024-token evaluation
-windows of protocol P, not longer ones; long-context protocol-P runs read this file instead:
+Streaming-head calibration windows (stage 1: 2 x 1,024 tokens; stage 2: 16 x 512 or 16 x 1,024) avoid the 1,024-token
+evaluation windows of protocol P, not longer ones; Stratigraphic's precision calibration (`kvstrat-calibrate`: 2 x 320
+tokens for the widths, 2 x 1,024 for eviction) avoids protocol P's 1k and 4k windows, not these. Long-context
+protocol-P runs read this file instead:
     python scripts/long_context_text.py OUT.txt
     kvstrat-bench --text OUT.txt --protocol ppl --windows 4 --prefill 3584 --score 512 --batch 1 ...
 """
@@ -21,8 +23,10 @@ def free_windows(taken:torch.Tensor, L:int) -> list[int]:
 def long_windows(ids:torch.Tensor, L:int=4096, n:int=4) -> list[int]:
     "Starts of the `n` long evaluation windows: spread over the windows no calibration window touches."
     used = torch.zeros(len(ids), dtype=torch.bool)
-    for count, length in ((2, 1024), (16, 512), (16, 1024)):
+    for count, length in ((2, 1024), (16, 512), (16, 1024)): # the streaming heads'
         for s in calibration_windows(ids, count, length)[1]: used[s:s + length] = True
+    for count, length in ((2, 320), (2, 1024)): # precision's, as `kvstrat-calibrate` chooses them (copy_windows)
+        for s in calibration_windows(ids, count, length, eval_length=(1024, 4096))[1]: used[s:s + length] = True
     free = free_windows(used, L)
     print(len(ids), 'tokens;', len(free), f'free {L}-windows')
     return [free[i] for i in torch.linspace(0, len(free) - 1, n).round().long().tolist()]
