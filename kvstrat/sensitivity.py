@@ -251,6 +251,7 @@ def main(argv=None) -> int:
     p.add_argument('--windows', type=int, default=2, help='windows per text, every other one with a passage to copy')
     p.add_argument('--length', type=int, default=320); p.add_argument('--repeat', type=int, default=128)
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
+    p.add_argument('--rotate', action='store_true', help='Hadamard-rotated formats (stratigraphic:rotate=true)')
     p.add_argument('--window', type=int, default=64, help='newest tokens an evicting head keeps (0: no eviction)')
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
@@ -261,8 +262,9 @@ def main(argv=None) -> int:
     if o.threads: torch.set_num_threads(o.threads)
     try:
         widths = load_sensitivity(o.out) if o.only_eviction else None
-        if widths is not None and widths.family != FormatFamily(key_group=o.group):
-            raise ValueError(f"{o.out} was measured for {widths.family}, not key groups of {o.group}")
+        family = FormatFamily(key_group=o.group, rotate=o.rotate)
+        if widths is not None and widths.family != family:
+            raise ValueError(f"{o.out} was measured for {widths.family}, not {family}")
         model, tok = load_model(o.model, o.device)
         if widths is not None and widths.shape != model_shape(ModelSpec.of(model)):
             raise ValueError(f"{o.out} was measured on a model of shape {widths.shape}, not {o.model}")
@@ -280,7 +282,7 @@ def main(argv=None) -> int:
         return 2
     if o.window: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
                             f"tokens per text, KL over the last {o.evict_length // 2}")
-    measure_sensitivity(model, windows, FormatFamily(key_group=o.group), window=o.window or None,
+    measure_sensitivity(model, windows, family, window=o.window or None,
                         evict_windows=evict_windows, widths=widths, source=source, progress=report).save(o.out)
     print(f'wrote {o.out}', file=sys.stderr)
     return 0

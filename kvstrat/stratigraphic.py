@@ -112,6 +112,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
     else:
         found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
                  if json.loads(p.read_text())['shape'] == list(model_shape(spec))]
+        found.sort(key=lambda p: FormatFamily(**json.loads(p.read_text())['family']) != self.family) # its formats first
         if not found:
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'

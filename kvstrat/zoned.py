@@ -1,4 +1,4 @@
-"""Stratigraphic's first version: per-row zones FP16 → INT8 → INT4 (→ INT2) → evicted by attention importance, one way only, anchors pinned at FP16, a layer schedule and an entropy profile; kept as the ablation's reference, and as `hybrid`'s inner store.
+"""Stratigraphic's first version: per-row zones FP16 → INT8 → INT4 (→ INT2) → evicted by attention importance, one way only, anchors pinned at FP16, a layer schedule and an entropy profile; kept as the ablation's reference.
 
 Docs: https://kvstrat.github.io/kvstrat/zoned.html.md"""
 
