@@ -87,7 +87,7 @@ class Stratigraphic(Strategy):
     window: int|None = None # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
     widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
-    keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (the ablation's per-row demotion)
+    keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
     rotate: bool = False # Hadamard-rotate keys and values before quantising
 
     def needs(self): return Needs(ordered=True)
@@ -175,7 +175,7 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
 def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer's heads need at least, hold at most
                   weights:torch.Tensor, # (L,) each layer's share, before the bounds
                   total:float) -> torch.Tensor: # (L,) budgets summing to `total`
-    "Split `total` bytes over layers in proportion to `weights`; a layer out of its bounds gets its bound, the rest share."
+    "Split `total` bytes over layers by `weights`; a layer out of its bounds gets its bound, the others share the rest."
     least, most, weights = least.double(), most.double(), weights.double()
     fixed, budget = torch.zeros(len(weights), dtype=torch.bool), torch.zeros(len(weights), dtype=torch.double)
     for _ in range(len(weights)):
