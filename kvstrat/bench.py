@@ -6,7 +6,8 @@ Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 
 # %% ../nbs/15_bench.ipynb #0a630233
 from __future__ import annotations
-import argparse, ctypes, math, random, re, resource, statistics, sys, time, traceback
+import argparse, ctypes, math, multiprocessing, random, re, resource, statistics, sys, time, traceback
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, MISSING
 from datetime import datetime
 from pathlib import Path
@@ -26,8 +27,8 @@ from .results import (OutLock, Results, commit_warning, environment, new_row, ro
 __all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUESTION', 'SPEED_CHUNK', 'load_strategies',
            'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress', 'PasskeyCase', 'passkey_case',
            'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory', 'release_freed_memory',
-           'reset_peak_memory', 'peak_memory_mb', 'speed_once', 'Bench', 'parse_strategies', 'random_tokens', 'prepare',
-           'row_summary', 'OutOfTime']
+           'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench', 'parse_strategies',
+           'random_tokens', 'prepare', 'row_summary', 'OutOfTime']
 
 # %% ../nbs/15_bench.ipynb #6ae62601
 def load_strategies() -> dict[str, type]:
@@ -193,6 +194,27 @@ def peak_memory_mb(device:torch.device) -> float:
     try: return int(re.search(r'VmHWM:\s+(\d+) kB', Path('/proc/self/status').read_text()).group(1)) / 1024
     except (OSError, AttributeError): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 # kB on Linux
 
+# %% ../nbs/15_bench.ipynb #b41f0c2e
+def _one_run_peak_mb(model:str, device:str|None, threads:int|None, ids:torch.Tensor, strategy:Strategy|str,
+                     decode:int) -> float:
+    "`fresh_peak_mb`'s work, in the fresh process."
+    if threads: torch.set_num_threads(threads)
+    reuse_freed_memory() # the allocator as `kvstrat-bench` sets it up
+    m, _ = load_bench_model(model, device)
+    dev = next(m.parameters()).device
+    reset_peak_memory(dev) # the model is loaded: its loading's transient peak is not the run's
+    speed_once(m, ids, strategy, decode)
+    return peak_memory_mb(dev)
+
+# %% ../nbs/15_bench.ipynb #c7d2a913
+def fresh_peak_mb(model:str, # as `load_bench_model` takes it
+                  device:str|None, threads:int|None, ids:torch.Tensor, # (L,) context tokens
+                  strategy:Strategy|str, decode:int) -> float:
+    "Peak memory (MB) of one `speed_once` run, in a fresh process that holds the model alone: nothing earlier counts."
+    from kvstrat import bench # the worker by its module: a fresh process can import that, not a notebook's namespace
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as pool:
+        return pool.submit(bench._one_run_peak_mb, model, device, threads, ids, strategy, decode).result()
+
 # %% ../nbs/15_bench.ipynb #d2e81f87
 @torch.inference_mode()
 def speed_once(model, ids:torch.Tensor, # (L,) context tokens
@@ -230,6 +252,7 @@ class Bench:
     failures: int = 0 # runs that raised, with --keep-going
     provenances: dict = field(default_factory=dict) # strategy label -> the saved data it uses (`Strategy.provenance`)
     lock: OutLock|None = None # on the results directory, held for the whole run
+    full_peaks: dict = field(default_factory=dict) # length -> FullKV's peak memory (MB), measured once a run
 
     def settings(self, protocol:str) -> dict:
         "The options a protocol's figures depend on (part of the resume key)."
@@ -313,20 +336,22 @@ def run_speed(self:Bench, strategy:Strategy) -> dict:
               leave=False) as bar:
         for L in o.speed_lengths:
             runs, full_runs = [], []
-            reset_peak_memory(dev)
-            for i in range(o.speed_repeats):
+            for _ in range(o.speed_repeats):
                 self.check_time()
                 runs.append(speed_once(self.model, self.ids[:L], strategy, o.speed_decode)); bar.update()
-                if i == 0: peak = peak_memory_mb(dev) # before any FullKV run of this length: this strategy's alone
                 if paired: # FullKV just after each run: the pair is seconds apart, not minutes of machine drift
                     full_runs.append(speed_once(self.model, self.ids[:L], STRATEGIES['full'](),
                                                 o.speed_decode)['decode_tok_s'])
             decode = [r['decode_tok_s'] for r in runs]
             fig = {k: statistics.median(r[k] for r in runs) for k in ('prefill_tok_s', 'decode_tok_s')}
             ratio = statistics.median(a / b for a, b in zip(decode, full_runs)) if paired else 1.0
-            by[str(L)] = dict(fig, speed_ratio=ratio, peak_rss_mb=peak, cache_bytes=runs[-1]['cache_bytes'],
-                              fp16_bytes=runs[-1]['fp16_bytes'], decode_tok_s_runs=decode,
-                              full_decode_tok_s_runs=full_runs or None)
+            # peak memory apart from the timed runs, each in a fresh process: what ran before here cannot count
+            peak_of = lambda s: fresh_peak_mb(o.model, o.device, o.threads, self.ids[:L], s, o.speed_decode)
+            peak = peak_of(strategy)
+            if L not in self.full_peaks: self.full_peaks[L] = peak if not paired else peak_of('full')
+            by[str(L)] = dict(fig, speed_ratio=ratio, peak_rss_mb=peak, full_peak_rss_mb=self.full_peaks[L],
+                              cache_bytes=runs[-1]['cache_bytes'], fp16_bytes=runs[-1]['fp16_bytes'],
+                              decode_tok_s_runs=decode, full_decode_tok_s_runs=full_runs or None)
             bar.set_postfix(length=L, decode_tok_s=f"{fig['decode_tok_s']:.1f}")
     last = by[str(max(o.speed_lengths))]
     return self.row(strategy, 'speed', speed=by, compression=last['fp16_bytes'] / last['cache_bytes'],

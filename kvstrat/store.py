@@ -430,7 +430,9 @@ def dense(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone;
     total = counts.sum(0) # (B*H,)
     T, pad = int(total.max()), int(total.max() - total.min())
     cols = [] # per non-empty tier: its keys, values and positions, split by head: one copy, no scatter
-    for t, c, pos in zip(read, counts.tolist(), self.positions()):
+    # tier 0 stores its positions; the deeper tiers' are implied by the layout, at a cost that grows with `seen`
+    positions = [self.tiers[0].pos.long()] if tiers == 1 else self.positions()
+    for t, c, pos in zip(read, counts.tolist(), positions):
         if t.n: cols.append([x.split(c) for x in (*t.read(self.dtype), pos.to(torch.int32))])
     fill = [torch.zeros(pad, self.D, dtype=self.dtype, device=self.device)] * 2
     fill.append(torch.full((pad,), EMPTY_SLOT, dtype=torch.int32, device=self.device))

@@ -63,10 +63,42 @@ def absorb(self:StreamingState, heads, pos, k, v, seen:int):
 
 # %% ../nbs/12_streaming.ipynb #93322bac
 @patch
+def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries of the streaming KV heads
+                     key, value, slot_pos, # (B, h, T, D) ×2, (B, h, T): those heads' stored slots
+                     qpos, allowed, # (q,), (B, h, q, T)
+                     scaling:float, want_probs:bool):
+    "Sinks and window exactly, older tokens through the state: `(B, h, g, q, D)`, probs `(B, h, q, Ts)` or None."
+    B, h, g, q, D = query.shape
+    w, t0 = self.p.window, int(qpos[0])
+    # streaming heads hold few rows, first in each head's slots: attend to those alone
+    Ts = int((slot_pos != EMPTY_SLOT).sum(-1).max())
+    kp = slot_pos[:, :, :Ts].long()[:, :, None, :] # (B, h, 1, Ts)
+    due = (kp >= self.p.sinks) & (kp <= qpos.long()[:, None] - w) # (B, h, q, Ts)
+    if self.layer.frozen: due = torch.zeros_like(due)
+    key, value, ok = key[:, :, :Ts], value[:, :, :Ts], allowed[..., :Ts]
+    o_s, lse, p = explicit_attention(query.flatten(1, 2), key, value, ok & ~due, scaling)
+    # stored rows that become due in this chunk, lined up by the step u at which they enter the state
+    arrive = (due & ok)[:, :, -1] # (B, h, Ts): due for the last query, and not padding
+    u = kp[:, :, 0] + w - t0
+    b_, h_, s_ = (arrive & (u >= 0)).nonzero(as_tuple=True)
+    fk = torch.zeros(B, h, q, D, device=query.device)
+    vs = torch.zeros(B, h, q, D + 1, device=query.device)
+    fk[b_, h_, u[b_, h_, s_]] = feature(key[b_, h_, s_], self.p.feature_map, self.temp[h_])
+    vs[b_, h_, u[b_, h_, s_]] = torch.cat([value[b_, h_, s_].float(), torch.ones(len(b_), 1, device=query.device)], -1)
+    S0 = (self.S if self.t_state < 0 else
+          self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None])
+    fq = feature(query, self.p.feature_map, self.temp[None, :, None, None])
+    rep = lambda x: x[:, :, None].expand(B, h, g, *x.shape[2:]).reshape(B, h * g, *x.shape[2:])
+    o, _ = decayed_attention(fq.reshape(B, h * g, q, D), rep(fk), rep(vs), self.log_lam.repeat_interleave(g), rep(S0))
+    o = o.view(B, h, g, q, D + 1)
+    return combine_state(o_s, lse, o[..., :D], o[..., D], self.gain), (p.mean(2) if want_probs else None)
+
+# %% ../nbs/12_streaming.ipynb #a7c3e210
+@patch
 def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scaling:float, want_probs:bool):
     "Exact attention for retrieval heads; sinks + window + state for streaming heads. Returns `(B, q, H_q, D)`, probs."
     B, Hq, q, D = query.shape
-    H, T, g, w = key.shape[1], key.shape[2], Hq // key.shape[1], self.p.window
+    H, T, g = key.shape[1], key.shape[2], Hq // key.shape[1]
     i, r, qh = self.idx, (~self.heads).nonzero()[:, 0], query.view(B, H, g, q, D)
     allowed = allowed.expand(B, H, q, T)
     out, probs = torch.zeros(B, H, g, q, D, device=query.device), None
@@ -78,44 +110,24 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
         else:
             o, _ = grouped_attention(qh[:, r].flatten(1, 2), key[:, r], value[:, r], allowed[:, r], scaling)
             out[:, r] = o.transpose(1, 2).unflatten(1, (len(r), g)).float()
-    # streaming heads hold few rows, first in each head's slots: attend to those alone
-    Ts = int((slot_pos[:, i] != EMPTY_SLOT).sum(-1).max())
-    kp, t0 = slot_pos[:, i, :Ts].long()[:, :, None, :], int(qpos[0]) # (B, h, 1, Ts)
-    due = (kp >= self.p.sinks) & (kp <= qpos.long()[:, None] - w) # (B, h, q, Ts)
-    if self.layer.frozen: due = torch.zeros_like(due)
-    ok = allowed[:, i, :, :Ts]
-    o_s, lse, p = explicit_attention(qh[:, i].flatten(1, 2), key[:, i, :Ts], value[:, i, :Ts], ok & ~due, scaling)
-    if want_probs: probs[:, i, :, :Ts] = p.mean(2)
-    # stored rows that become due in this chunk, lined up by the step u at which they enter the state
-    arrive = (due & ok)[:, :, -1] # (B, h, Ts): due for the last query, and not padding
-    u = kp[:, :, 0] + w - t0
-    b_, h_, s_ = (arrive & (u >= 0)).nonzero(as_tuple=True)
-    fk = torch.zeros(B, len(i), q, D, device=query.device)
-    vs = torch.zeros(B, len(i), q, D + 1, device=query.device)
-    fk[b_, h_, u[b_, h_, s_]] = feature(key[:, i][b_, h_, s_], self.p.feature_map, self.temp[h_])
-    vs[b_, h_, u[b_, h_, s_]] = torch.cat([value[:, i][b_, h_, s_].float(),
-                                           torch.ones(len(b_), 1, device=query.device)], -1)
-    S0 = (self.S if self.t_state < 0 else
-          self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None])
-    fq = feature(qh[:, i], self.p.feature_map, self.temp[None, :, None, None])
-    rep = lambda x: x[:, :, None].expand(B, len(i), g, *x.shape[2:]).reshape(B, len(i) * g, *x.shape[2:])
-    o, _ = decayed_attention(fq.reshape(B, len(i) * g, q, D), rep(fk), rep(vs), self.log_lam.repeat_interleave(g),
-                             rep(S0))
-    o = o.view(B, len(i), g, q, D + 1)
-    out[:, i] = combine_state(o_s, lse, o[..., :D], o[..., D], self.gain)
+    out[:, i], p = self.attend_streaming(qh[:, i], key[:, i], value[:, i], slot_pos[:, i], qpos, allowed[:, i],
+                                         scaling, want_probs)
+    if want_probs: probs[:, i, :, :p.shape[-1]] = p
     probs = probs.reshape(B * H, q, T) if want_probs else None
     return out.reshape(B, Hq, q, D).transpose(1, 2).to(query.dtype), probs
 
 # %% ../nbs/12_streaming.ipynb #5f1e0a01
 @patch
 def read_beside(self:StreamingState, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
-                query, qpos, scaling:float) -> torch.Tensor:
-    "`out` with the streaming heads' attention taken from `attend`: they hold their rows in tier 0 alone."
-    st = self.layer.store
-    K, V, slot_pos = st.dense(tiers=1) # (B, H_kv, T0, D): a few rows per head, never its deeper tiers
-    mine, _ = self.attend(query, K, V, slot_pos, qpos, allowed_slots(slot_pos, qpos, None), scaling, False)
-    heads = self.heads.repeat_interleave(query.shape[1] // st.H) # (H_q,) the query heads of streaming KV heads
-    return torch.where(heads[None, None, :, None], mine, out)
+                query, qpos, scaling:float) -> torch.Tensor: # (B, H_q, q, D)
+    "`out` with the streaming heads' attention in place of the kernels': they hold their rows in tier 0 alone."
+    st, i = self.layer.store, self.idx
+    B, Hq, q, D = query.shape
+    K, V, slot_pos = (x[:, i] for x in st.dense(tiers=1)) # (B, h, T0, D): a few rows per head, no deeper tier
+    mine, _ = self.attend_streaming(query.view(B, st.H, Hq // st.H, q, D)[:, i], K, V, slot_pos, qpos,
+                                    allowed_slots(slot_pos, qpos), scaling, False) # (B, h, g, q, D)
+    by_head = out.view(B, q, st.H, Hq // st.H, D) # only the streaming heads' answers change
+    return by_head.index_copy(2, i, mine.permute(0, 3, 1, 2, 4).to(out.dtype)).view(B, q, Hq, D)
 
 # %% ../nbs/12_streaming.ipynb #8ffe543c
 @dataclass

@@ -200,6 +200,9 @@ def test_row_schema(run):
     assert len(kivi['window_nll']) == 2 and kivi['tokens_scored'] == 2 * 16
     assert set(rows[3]['passkey']) == {'300'} and set(rows[3]['passkey']['300']) == {'0.2', '0.8'}
     assert set(rows[6]['speed']) == {'40', '64'} and rows[6]['speed_ratio'] == 1.0
+    for r in rows[6:]: # each length's FullKV peak, measured once a run in its own fresh process, is beside every row's
+        assert {L: x['full_peak_rss_mb'] for L, x in r['speed'].items()} == \
+            {L: x['peak_rss_mb'] for L, x in rows[6]['speed'].items()}
 
 def test_rows_documented_in_notebook():
     "The notebook's field table and ROW_FIELDS name the same fields, in the same order."
