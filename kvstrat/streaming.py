@@ -119,7 +119,8 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
 # %% ../nbs/12_streaming.ipynb #5f1e0a01
 @patch
 def read_beside(self:StreamingState, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
-                query, qpos, scaling:float) -> torch.Tensor: # (B, H_q, q, D)
+                query, # (B, H_q, q, D)
+                qpos, scaling:float) -> torch.Tensor: # (B, q, H_q, D)
     "`out` with the streaming heads' attention in place of the kernels': they hold their rows in tier 0 alone."
     st, i = self.layer.store, self.idx
     B, Hq, q, D = query.shape
