@@ -405,9 +405,10 @@ def below(self:LayerStore) -> torch.Tensor:
 
 # %% ../nbs/04_store.ipynb #a29bcc45
 @patch
-def positions(self:LayerStore) -> list[torch.Tensor]:
+def positions(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone; None: every tier
+             ) -> list[torch.Tensor]:
     "Each tier's row positions `(N_i,)`: stored, or (deeper tiers of an ordered store) implied by the layout."
-    if not self.ordered or len(self.tiers) == 1: return [t.pos.long() for t in self.tiers]
+    if not self.ordered or len(self.tiers[:tiers]) == 1: return [t.pos.long() for t in self.tiers[:tiers]]
     # The tokens not in tier 0 (nor freed padding) are the evicted ones and the deeper tiers' rows, oldest first.
     heads, pos = self.below().nonzero(as_tuple=True) # head-major, oldest first
     BH = self.B * self.H
@@ -418,7 +419,7 @@ def positions(self:LayerStore) -> list[torch.Tensor]:
         last = first + t.counts.long()
         out.insert(1, pos[(rank >= first[heads]) & (rank < last[heads])])
         first = last
-    return out
+    return out[:tiers]
 
 # %% ../nbs/04_store.ipynb #f32941e3
 @patch
@@ -430,9 +431,7 @@ def dense(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone;
     total = counts.sum(0) # (B*H,)
     T, pad = int(total.max()), int(total.max() - total.min())
     cols = [] # per non-empty tier: its keys, values and positions, split by head: one copy, no scatter
-    # tier 0 stores its positions; the deeper tiers' are implied by the layout, at a cost that grows with `seen`
-    positions = [self.tiers[0].pos.long()] if tiers == 1 else self.positions()
-    for t, c, pos in zip(read, counts.tolist(), positions):
+    for t, c, pos in zip(read, counts.tolist(), self.positions(tiers)):
         if t.n: cols.append([x.split(c) for x in (*t.read(self.dtype), pos.to(torch.int32))])
     fill = [torch.zeros(pad, self.D, dtype=self.dtype, device=self.device)] * 2
     fill.append(torch.full((pad,), EMPTY_SLOT, dtype=torch.int32, device=self.device))
