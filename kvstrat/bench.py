@@ -252,7 +252,7 @@ class Bench:
     failures: int = 0 # runs that raised, with --keep-going
     provenances: dict = field(default_factory=dict) # strategy label -> the saved data it uses (`Strategy.provenance`)
     lock: OutLock|None = None # on the results directory, held for the whole run
-    full_peaks: dict = field(default_factory=dict) # length -> FullKV's peak memory (MB), measured once a run
+    full_peaks: dict = field(default_factory=dict) # length -> FullKV's peak memory runs (MB), measured once a run
 
     def settings(self, protocol:str) -> dict:
         "The options a protocol's figures depend on (part of the resume key)."
@@ -345,11 +345,15 @@ def run_speed(self:Bench, strategy:Strategy) -> dict:
             decode = [r['decode_tok_s'] for r in runs]
             fig = {k: statistics.median(r[k] for r in runs) for k in ('prefill_tok_s', 'decode_tok_s')}
             ratio = statistics.median(a / b for a, b in zip(decode, full_runs)) if paired else 1.0
-            # peak memory apart from the timed runs, each in a fresh process: what ran before here cannot count
-            peak_of = lambda s: fresh_peak_mb(o.model, o.device, o.threads, self.ids[:L], s, o.speed_decode)
-            peak = peak_of(strategy)
-            if L not in self.full_peaks: self.full_peaks[L] = peak if not paired else peak_of('full')
-            by[str(L)] = dict(fig, speed_ratio=ratio, peak_rss_mb=peak, full_peak_rss_mb=self.full_peaks[L],
+            # peak memory apart from the timed runs, each in a fresh process: what ran before here cannot count. A
+            # process's peak varies by tens of MB from run to run (the allocator's layout), so each is a median.
+            peaks_of = lambda s: [fresh_peak_mb(o.model, o.device, o.threads, self.ids[:L], s, o.speed_decode)
+                                  for _ in range(o.speed_repeats)]
+            peaks = peaks_of(strategy)
+            if L not in self.full_peaks: self.full_peaks[L] = peaks if not paired else peaks_of('full')
+            by[str(L)] = dict(fig, speed_ratio=ratio, peak_rss_mb=statistics.median(peaks),
+                              full_peak_rss_mb=statistics.median(self.full_peaks[L]), peak_rss_mb_runs=peaks,
+                              full_peak_rss_mb_runs=self.full_peaks[L],
                               cache_bytes=runs[-1]['cache_bytes'], fp16_bytes=runs[-1]['fp16_bytes'],
                               decode_tok_s_runs=decode, full_decode_tok_s_runs=full_runs or None)
             bar.set_postfix(length=L, decode_tok_s=f"{fig['decode_tok_s']:.1f}")
