@@ -23,9 +23,9 @@ from .policy import LayerView, Needs, Strategy, STRATEGIES, make_strategy, regis
 from .cache import CompressedCache, CompressedLayer, prefill_cache
 
 # %% auto #0
-__all__ = ['StreamingState', 'HeadPattern', 'streaming_heads', 'classify_heads', 'LoraAdapter', 'shipped_calibration',
-           'index_pattern', 'restrict', 'Streaming', 'StreamingSetup', 'Hybrid', 'HybridSetup', 'held_rows',
-           'held_bytes']
+__all__ = ['STREAMING_QUERY_BLOCK', 'StreamingState', 'HeadPattern', 'streaming_heads', 'classify_heads', 'LoraAdapter',
+           'shipped_calibration', 'index_pattern', 'restrict', 'Streaming', 'StreamingSetup', 'Hybrid', 'HybridSetup',
+           'held_rows', 'held_bytes']
 
 # %% ../nbs/12_streaming.ipynb #631500f4
 class StreamingState:
@@ -62,6 +62,8 @@ def absorb(self:StreamingState, heads, pos, k, v, seen:int):
     self.t_state, self.newest = t_new, max(self.newest, int(pos.max()))
 
 # %% ../nbs/12_streaming.ipynb #93322bac
+STREAMING_QUERY_BLOCK = 128 # queries whose exact attention a streaming head computes at once
+
 @patch
 def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries of the streaming KV heads
                      key, value, slot_pos, # (B, h, T, D) ×2, (B, h, T): those heads' stored slots
@@ -76,7 +78,12 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     due = (kp >= self.p.sinks) & (kp <= qpos.long()[:, None] - w) # (B, h, q, Ts)
     if self.layer.frozen: due = torch.zeros_like(due)
     key, value, ok = key[:, :, :Ts], value[:, :, :Ts], allowed[..., :Ts]
-    o_s, lse, p = explicit_attention(query.flatten(1, 2), key, value, ok & ~due, scaling)
+    exact, blk, p = ok & ~due, STREAMING_QUERY_BLOCK, None # (B, h, q, Ts): what each query attends exactly
+    if want_probs: o_s, lse, p = explicit_attention(query.flatten(1, 2), key, value, exact, scaling)
+    else: # in blocks of queries: a prefill chunk's (h·g, q, Ts) scores at once weighed 265 MB at 1k
+        o_s, lse = (torch.cat(x, 3) for x in zip(*[ # (B, h, g, q, D), (B, h, g, q)
+            explicit_attention(query[:, :, :, j:j + blk].flatten(1, 2), key, value, exact[:, :, j:j + blk], scaling)[:2]
+            for j in range(0, q, blk)]))
     # stored rows that become due in this chunk, lined up by the step u at which they enter the state
     arrive = (due & ok)[:, :, -1] # (B, h, Ts): due for the last query, and not padding
     u = kp[:, :, 0] + w - t0
