@@ -292,6 +292,14 @@ def _row_ptr(x:torch.Tensor|None, row:int) -> int:
 # %% ../nbs/05_attention.ipynb #644eed73
 def _segments(t:TierStore, masked:bool) -> list[list[int]]|None: # masked: the chunk's queries mask this tier's rows
     "`kernels.layer_read`'s rows for tier `t`, one per head with rows; None if the kernels cannot read its format."
+    # kept in the tier's memo, which its every change drops: a deeper tier changes once in many decode steps
+    key = (masked, t.n, t.k.data.data_ptr(), t.v.data.data_ptr())
+    if (memo := t.memo.get('segments')) is None or memo[0] != key:
+        memo = t.memo['segments'] = key, _build_segments(t, masked)
+    return memo[1]
+
+def _build_segments(t:TierStore, masked:bool) -> list[list[int]]|None:
+    "`_segments`, built from the tier's pointers and counts."
     spec, k, v, D = t.spec, t.k, t.v, t.D
     if spec.rank is not None or not all(x.is_contiguous() for x in k.tensors() + v.tensors()): return None
     if spec.bits is None:
@@ -318,7 +326,9 @@ def _segments(t:TierStore, masked:bool) -> list[list[int]]|None: # masked: the c
 # %% ../nbs/05_attention.ipynb #467c9799
 def fused_read(query:torch.Tensor, # (B, H_q, q, D)
                store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
-               scaling:float) -> torch.Tensor|None: # (B, q, H_q, D), or None where the kernels cannot read a tier
+               scaling:float,
+               with_lse:bool=False, # also return each query's log-sum-exp over its head's rows, `(B, H_kv, g, q)`
+              ) -> torch.Tensor|tuple|None: # (B, q, H_q, D) [, lse], or None where the kernels cannot read a tier
     "The tiered read of the whole layer in one call of the CPU kernels, heads of unequal rows too; no probabilities."
     if not kernels.kernels_available() or query.device.type != 'cpu': return None
     B, Hq, q, D = query.shape
@@ -331,9 +341,10 @@ def fused_read(query:torch.Tensor, # (B, H_q, q, D)
     rotated = any(t.spec.rotate for t in store.tiers if t.n)
     qr = (qg @ rotation(D, qg.device)).contiguous() if rotated else None # rotated rows: q·x = (q·H)·y
     table = torch.tensor(segments, dtype=torch.int64)
-    out, out_rot = kernels.layer_read(qg, qr, table, qpos.long(), _log_scale_table(qg.device))
+    out, out_rot, lse = kernels.layer_read(qg, qr, table, qpos.long(), _log_scale_table(qg.device))
     if out_rot is not None: out += out_rot @ rotation(D, qg.device).T
-    return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2)
+    out = out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2)
+    return (out, lse.view(B, store.H, g, q)) if with_lse else out
 
 # %% ../nbs/05_attention.ipynb #fc11c7c8
 READ_BLOCK = 1024 # rows of every head the blocked read converts at a time: its workspace, whatever the context

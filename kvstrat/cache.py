@@ -92,9 +92,10 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
         from kvstrat.triton_attention import triton_read
         return *triton_read(query, self.store, qpos, scaling, want), None
     if self.reads_tiers(padding, query.shape[2]):
-        if not want and softcap is None and (out := fused_read(query, self.store, qpos, scaling)) is not None:
-            # the CPU kernels read the whole layer in one call; heads with a state read theirs beside it
-            return (out if self.state is None else self.state.read_beside(out, query, qpos, scaling)), None, None
+        # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
+        if (not want and softcap is None
+                and (read := fused_read(query, self.store, qpos, scaling, self.state is not None)) is not None):
+            return (read if self.state is None else self.state.read_beside(*read, query, qpos, scaling)), None, None
         if self.state is None: return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
     return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap)
 
@@ -140,6 +141,7 @@ def place(self:CompressedLayer, probs, keys, padding): # padding (B, seen) bool 
     if padding is not None and not padding.all(): target, is_pad = self.free_padding(view, target, padding)
     if target is None: return
     if self.needs.one_way: target = torch.maximum(target, view.tier)
+    if torch.equal(target, view.tier): return # most decode steps: every row stays where it is
     fold = None
     if self.state is not None: # evicted rows (not padding) go into the heads' state
         fold = target == view.evicted

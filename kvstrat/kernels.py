@@ -27,7 +27,7 @@ _SIGNATURES = {'token_scores': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I]
                'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None),
                'channel_scores': ([_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I], None),
                'quantize_rows': ([_P, _P, _P, _P, _I, _I, _I, _I], _I),
-               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _I, _I, _I], None)}
+               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _I, _I, _I], None)}
 
 def _cpu_flags() -> str:
     try: return next((l for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('flags')), '')
@@ -188,18 +188,18 @@ def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
                segments:torch.Tensor, # (S, len(SEGMENT_FIELDS)) int64, one row per (tier, head) with rows
                qpos:torch.Tensor, # (q,) int64 query positions; query row m is query m % q
                lut:torch.Tensor, # (256,) float32 the 8-bit log scales' values
-              ) -> tuple[torch.Tensor, torch.Tensor|None]: # (BH, M, D) plain segments' output, rotated ones'
+              ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]: # (BH, M, D) ×2, (BH, M) log-sum-exp
     "softmax(q·kᵀ + causal mask)·v of each head over all its segments, in one call (the pointers are not checked)."
     BH, M, D = _batched('q', q)
     if qr is not None: _check('qr', qr, torch.float32, q.shape)
     _check('segments', segments, torch.int64, (len(segments), len(SEGMENT_FIELDS)))
     _check('qpos', qpos, torch.int64, (len(qpos),)); _check('lut', lut, torch.float32, (256,))
     if D % 16: raise ValueError(f"layer_read needs head_dim a multiple of 16, got {D}")
-    out, out_rot = torch.empty(BH, M, D), None if qr is None else torch.empty(BH, M, D)
+    out, out_rot, lse = torch.empty(BH, M, D), None if qr is None else torch.empty(BH, M, D), torch.empty(BH, M)
     load_kernels().layer_read(q.data_ptr(), None if qr is None else qr.data_ptr(), segments.data_ptr(), len(segments),
                               qpos.data_ptr(), len(qpos), lut.data_ptr(), out.data_ptr(),
-                              None if out_rot is None else out_rot.data_ptr(), BH, M, D)
-    return out, out_rot
+                              None if out_rot is None else out_rot.data_ptr(), lse.data_ptr(), BH, M, D)
+    return out, out_rot, lse
 
 # %% ../nbs/03_kernels.ipynb #5763c030
 def quantize_rows(x:torch.Tensor, # (n, D) rows to quantise (any float dtype; read as float32)

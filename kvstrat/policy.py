@@ -77,6 +77,7 @@ class HeadState(Protocol):
                slot_pos, qpos, allowed, # (B, H_kv, T), (q,), (B, H_kv, q, T) as in `allowed_slots`
                scaling:float, want_probs:bool) -> tuple[torch.Tensor, torch.Tensor|None]: ... # as `grouped_attention`
     def read_beside(self, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
+                    lse, # (B, H_kv, g, q) its log-sum-exp
                     query, qpos, scaling:float) -> torch.Tensor: ... # `out`, its heads' part read with the state
     def absorb(self, heads, pos, k, v, # (n,) flat heads and positions, (n, D) float32 rows leaving the exact cache
                seen:int): ... # tokens written so far

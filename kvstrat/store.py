@@ -244,16 +244,16 @@ class TierStore:
         self.k = self.v = None # Encoded
         self.pos = torch.zeros(0, dtype=torch.int32, device=device) if keep_pos else None # (N,)
         self.score = torch.zeros(0, device=device) if keep_score else None # (N,) float32
-        self._heads = None # memo of `heads()`
+        self.memo = {} # what is derived from the rows (`heads()`, the kernels' segments): dropped when they change
 
     @property
     def n(self) -> int: return 0 if self.k is None else len(self.k.data)
     def heads(self) -> torch.Tensor:
         "(N,) flattened head of each row, derived from `counts` (memoised until the rows change)."
-        if self._heads is None or len(self._heads) != self.n:
-            self._heads = torch.repeat_interleave(torch.arange(self.n_heads, device=self.counts.device),
-                                                  self.counts.long())
-        return self._heads
+        if (heads := self.memo.get('heads')) is None or len(heads) != self.n:
+            heads = self.memo['heads'] = torch.repeat_interleave(torch.arange(self.n_heads, device=self.counts.device),
+                                                                 self.counts.long())
+        return heads
 
 # %% ../nbs/04_store.ipynb #90f27774
 @patch
@@ -300,14 +300,14 @@ def add(self:TierStore, heads, pos, score, k, v):
     if self.pos is not None: self.pos = interleave(self.pos, a_rows, pos.to(torch.int32), b_rows)
     if self.score is not None: self.score = interleave(self.score, a_rows, score.float(), b_rows)
     self.counts += arriving.to(torch.int32)
-    self._heads = None
+    self.memo = {}
 
 # %% ../nbs/04_store.ipynb #2ad98375
 @patch
 def select(self:TierStore, keep:torch.Tensor):
     "Keep only the rows where `keep` is True; the others' memory is released."
     self.counts = torch.bincount(self.heads()[keep], minlength=self.n_heads).to(torch.int32)
-    self._heads = None
+    self.memo = {}
     self.k, self.v = select_rows(self.k, keep, self.spec, True), select_rows(self.v, keep, self.spec, False)
     if self.pos is not None: self.pos = self.pos[keep]
     if self.score is not None: self.score = self.score[keep]
@@ -316,7 +316,7 @@ def select(self:TierStore, keep:torch.Tensor):
 @patch
 def clear(self:TierStore):
     "Release every row (cheaper than `select` with nothing kept)."
-    self.counts, self.k, self.v, self._heads = torch.zeros_like(self.counts), None, None, None
+    self.counts, self.k, self.v, self.memo = torch.zeros_like(self.counts), None, None, {}
     if self.pos is not None: self.pos = self.pos.new_zeros(0) # a new empty tensor: a `[:0]` view keeps the storage
     if self.score is not None: self.score = self.score.new_zeros(0)
 
@@ -349,7 +349,7 @@ def gather_batches(self:TierStore, batch_idx:torch.Tensor, B:int):
         if self.pos is not None: self.pos = self.pos[rows]
         if self.score is not None: self.score = self.score[rows]
     self.counts = self.counts.view(B, -1)[batch_idx].flatten()
-    self.n_heads, self._heads = len(self.counts), None
+    self.n_heads, self.memo = len(self.counts), {}
 
 # %% ../nbs/04_store.ipynb #7125c4e4
 EMPTY_SLOT = -1 # position of an empty slot in a dense read (a head holding fewer rows than the longest)

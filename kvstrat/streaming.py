@@ -54,7 +54,7 @@ def absorb(self:StreamingState, heads, pos, k, v, seen:int):
     mine = self.heads[heads % H]
     if not mine.any(): return
     heads, pos, k, v = heads[mine], pos[mine].long(), k[mine], v[mine]
-    slot, b, t_new = self.slot_of[heads % H], heads // H, seen - 1 - self.p.window
+    slot, b, t_new = self.slot_of[heads % H], heads // H, seen - self.p.window # the next query's due boundary
     if self.t_state >= 0: self.S *= (self.log_lam * (t_new - self.t_state)).exp()[None, :, None, None]
     fk = feature(k, self.p.feature_map, self.temp[slot]) * (self.log_lam[slot] * (t_new - pos)).exp()[:, None]
     vaug = torch.cat([v.float(), torch.ones(len(v), 1, device=v.device)], -1) # (n, D+1)
@@ -127,17 +127,40 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
 
 # %% ../nbs/12_streaming.ipynb #5f1e0a01
 @patch
+def holds_due(self:StreamingState, t0:int) -> bool:
+    "Does tier 0 hold a streaming head's row that the query at `t0` no longer attends exactly (not yet folded)?"
+    if self.layer.frozen: return False # a frozen layer attends every stored row exactly
+    st = self.layer.store
+    t, p = st.tiers[0], self.p
+    pos = t.pos.long()
+    return bool((self.heads[t.heads() % st.H] & (pos >= p.sinks) & (pos <= t0 - p.window)).any())
+
+@patch
+def mix_state(self:StreamingState, exact, lse, # (B, h, g, 1, D), (B, h, g, 1): the exact part and its log-sum-exp
+              query, t0:int) -> torch.Tensor: # (B, h, g, 1, D) the query at position t0
+    "One decode step's answer: the exact part mixed with the state, when no stored row is due (`holds_due`)."
+    # attend_streaming's path with nothing arriving: the state decayed to the step, read by φ(q) in one matmul
+    S = self.S * (self.log_lam * (t0 - self.p.window - self.t_state)).exp()[None, :, None, None]
+    nd = feature(query, self.p.feature_map, self.temp[None, :, None, None]) @ S[:, :, None] # (B, h, g, 1, D+1)
+    return combine_state(exact.float(), lse, nd[..., :-1], nd[..., -1], self.gain)
+
+@patch
 def read_beside(self:StreamingState, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
+                lse, # (B, H_kv, g, q) its log-sum-exp
                 query, # (B, H_q, q, D)
                 qpos, scaling:float) -> torch.Tensor: # (B, q, H_q, D)
     "`out` with the streaming heads' attention in place of the kernels': they hold their rows in tier 0 alone."
     st, i = self.layer.store, self.idx
     B, Hq, q, D = query.shape
-    K, V, slot_pos = (x[:, i] for x in st.dense(tiers=1)) # (B, h, T0, D): a few rows per head, no deeper tier
-    mine, _ = self.attend_streaming(query.view(B, st.H, Hq // st.H, q, D)[:, i], K, V, slot_pos, qpos,
-                                    allowed_slots(slot_pos, qpos), scaling, False) # (B, h, g, q, D)
-    by_head = out.view(B, q, st.H, Hq // st.H, D) # only the streaming heads' answers change
+    qh, by_head = query.view(B, st.H, Hq // st.H, q, D)[:, i], out.view(B, q, st.H, Hq // st.H, D) # (B, h, g, q, D)
+    if q == 1 and not self.holds_due(int(qpos[0])): # decoding: the kernels' read of these heads is their exact part
+        mine = self.mix_state(by_head[:, :, i].permute(0, 2, 3, 1, 4), lse[:, i], qh, int(qpos[0]))
+    else:
+        K, V, slot_pos = (x[:, i] for x in st.dense(tiers=1)) # (B, h, T0, D): a few rows per head, no deeper tier
+        mine, _ = self.attend_streaming(qh, K, V, slot_pos, qpos, allowed_slots(slot_pos, qpos), scaling, False)
+    # only the streaming heads' answers change
     return by_head.index_copy(2, i, mine.permute(0, 3, 1, 2, 4).to(out.dtype)).view(B, q, Hq, D)
+
 
 # %% ../nbs/12_streaming.ipynb #8ffe543c
 @dataclass
@@ -379,9 +402,9 @@ def streaming_rows(self:Streaming, view:LayerView) -> torch.Tensor:
 # %% ../nbs/12_streaming.ipynb #398ab2c7
 @patch
 def fold_due(self:Streaming, view:LayerView, streaming:torch.Tensor, target:torch.Tensor) -> torch.Tensor:
-    "Streaming heads' rows that left the window go (into the state); their other rows stay exact."
-    p = view.derived.params
-    due = streaming & (view.pos >= p.sinks) & (view.pos <= view.seen - 1 - p.window)
+    "Streaming heads' rows the next query will not attend exactly go (into the state); their other rows stay exact."
+    p = view.derived.params # folded now, not at the next step: a decode step then finds none of its rows due
+    due = streaming & (view.pos >= p.sinks) & (view.pos <= view.seen - p.window)
     return torch.where(due, view.evicted, torch.where(streaming, view.tier, target))
 
 # %% ../nbs/12_streaming.ipynb #66083239
@@ -411,12 +434,13 @@ class Hybrid(Streaming):
 class HybridSetup(StreamingSetup):
     "`streaming`'s setup, and what the inner strategy derived for the retrieval heads."
     inner: object = None
+    inner_strategy: Strategy|None = None # built once here: a decode step of each layer asks it for the tiers
 
 # %% ../nbs/12_streaming.ipynb #6dfee18a
 @patch
 def prepare(self:Hybrid, spec:ModelSpec) -> HybridSetup:
-    streaming = Streaming.prepare(self, spec)
-    return HybridSetup(**vars(streaming), inner=self.inner.prepare(spec, heads=~streaming.mask))
+    streaming, inner = Streaming.prepare(self, spec), self.inner
+    return HybridSetup(**vars(streaming), inner=inner.prepare(spec, heads=~streaming.mask), inner_strategy=inner)
 
 # %% ../nbs/12_streaming.ipynb #231425d8
 @patch
@@ -424,7 +448,7 @@ def observe(self:Hybrid, view:LayerView, probs:torch.Tensor):
     "The inner strategy scores the retrieval heads' rows."
     rows = ~self.streaming_rows(view)
     if not rows.any(): return None # every head of this layer streams
-    score = self.inner.observe(restrict(view, rows, view.derived.inner), probs[rows])
+    score = view.derived.inner_strategy.observe(restrict(view, rows, view.derived.inner), probs[rows])
     if score is None or view.score is None: return None
     full = view.score.clone()
     full[rows] = score
@@ -435,7 +459,7 @@ def observe(self:Hybrid, view:LayerView, probs:torch.Tensor):
 def assign(self:Hybrid, view:LayerView):
     streaming, target = self.streaming_rows(view), view.tier.clone()
     sub = restrict(view, ~streaming, view.derived.inner)
-    if not streaming.all() and (inner := self.inner.assign(sub)) is not None:
+    if not streaming.all() and (inner := view.derived.inner_strategy.assign(sub)) is not None:
         target[~streaming] = inner
     return self.fold_due(view, streaming, target)
 

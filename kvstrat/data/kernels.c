@@ -380,12 +380,13 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
    segments' shares (the caller rotates out_rot back). A segment with a position array masks row t for query row m
    when pos[t] > qpos[m % nq]. */
 void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
-                const float *lut, float *out, float *out_rot, int BH, int M, int D) {
+                const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D) {
     memset(out, 0, sizeof(float) * BH * M * D);
     if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
     for (int b = 0; b < BH; b++) {
         size_t T = 0;
         for (int i = 0; i < S; i++) if (desc[i * N_FIELDS + F_HEAD] == b) T += desc[i * N_FIELDS + F_N];
+        if (lse) for (int m = 0; m < M; m++) lse[(size_t)b * M + m] = -INFINITY; /* a head without rows */
         if (!T) continue;
         float *sc = malloc(sizeof(float) * M * T), *mx = malloc(sizeof(float) * M * 2), *sum = mx + M;
         size_t off = 0; /* segment blocks (M, n) one after another */
@@ -416,6 +417,7 @@ void layer_read(const float *q, const float *qr, const int64_t *desc, int S, con
                 off += (size_t)M * n;
             }
         }
+        if (lse) for (int m = 0; m < M; m++) lse[(size_t)b * M + m] = mx[m] + logf(sum[m]);
         off = 0;
         for (int i = 0; i < S; i++) {
             const int64_t *s = desc + i * N_FIELDS;
