@@ -15,9 +15,9 @@ from .store import group_heads, head_starts
 from . import kernels
 
 # %% auto #0
-__all__ = ['TIERED_MAX_QUERIES', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read', 'explicit_attention',
-           'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads', 'head_groups', 'tiered_read',
-           'fused_read', 'tier_blocks', 'blocked_read']
+__all__ = ['TIERED_MAX_QUERIES', 'SEGMENT_ROWS', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read',
+           'explicit_attention', 'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads',
+           'head_groups', 'tiered_read', 'fused_read', 'tier_blocks', 'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -290,8 +290,10 @@ def _row_ptr(x:torch.Tensor|None, row:int) -> int:
     return 0 if x is None else x.data_ptr() + row * x.stride(0) * x.element_size()
 
 # %% ../nbs/05_attention.ipynb #644eed73
+SEGMENT_ROWS = 256 # rows of one kernel task at most: a head's longer segments are cut, to spread it over the threads
+
 def _segments(t:TierStore, masked:bool) -> list[list[int]]|None: # masked: the chunk's queries mask this tier's rows
-    "`kernels.layer_read`'s rows for tier `t`, one per head with rows; None if the kernels cannot read its format."
+    "`kernels.layer_read`'s rows for tier `t`, one per piece of a head's rows; None if the kernels cannot read it."
     # kept in the tier's memo, which its every change drops: a deeper tier changes once in many decode steps
     key = (masked, t.n, t.k.data.data_ptr(), t.v.data.data_ptr())
     if (memo := t.memo.get('segments')) is None or memo[0] != key:
@@ -313,14 +315,16 @@ def _build_segments(t:TierStore, masked:bool) -> list[list[int]]|None:
         kind, kbits, vbits, kJ, vJ = (kernels.SEGMENT_KINDS[spec.key_axis], spec.bits_of(True), spec.bits_of(False),
                                       k.scale.shape[-1], v.scale.shape[-1])
     channel, rows = spec.bits is not None and spec.key_axis == 'channel', []
-    for head, (first, n) in enumerate(zip(head_starts(t.counts).tolist(), t.counts.tolist())):
-        if not n: continue
-        kfirst = first // spec.key_group if channel else first # per-channel parameters: one row per key group
-        rows.append([head, n, kind, kernels.SEGMENT_KINDS['token'] if spec.bits else kind, kbits, vbits, kJ, vJ,
-                     spec.key_group, int(spec.symmetric), int(spec.scale_bits == 8), int(spec.rotate),
-                     _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
-                     _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
-                     _row_ptr(t.pos if masked else None, first)])
+    piece = max(SEGMENT_ROWS // spec.key_group, 1) * spec.key_group if channel else SEGMENT_ROWS # whole key groups
+    for head, (start, n_head) in enumerate(zip(head_starts(t.counts).tolist(), t.counts.tolist())):
+        for first in range(start, start + n_head, piece):
+            n = min(piece, start + n_head - first)
+            kfirst = first // spec.key_group if channel else first # per-channel parameters: one row per key group
+            rows.append([head, n, kind, kernels.SEGMENT_KINDS['token'] if spec.bits else kind, kbits, vbits, kJ, vJ,
+                         spec.key_group, int(spec.symmetric), int(spec.scale_bits == 8), int(spec.rotate),
+                         _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
+                         _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
+                         _row_ptr(t.pos if masked else None, first)])
     return rows
 
 # %% ../nbs/05_attention.ipynb #467c9799

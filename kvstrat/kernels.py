@@ -21,7 +21,7 @@ KERNEL_SOURCE = package_data('kernels.c').read_text() # kvstrat/data/kernels.c, 
 KERNEL_BITS = (8, 4, 3, 2) # the widths its reads and `quantize_rows` handle
 
 # %% ../nbs/03_kernels.ipynb #7b635376
-_FLAGS = ('-O3', '-march=native', '-fopenmp-simd', '-shared', '-fPIC')
+_FLAGS = ('-O3', '-march=native', '-fopenmp', '-shared', '-fPIC') # OpenMP: libgomp, the one torch loads
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {'token_scores': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None), # name: (arguments, result)
                'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None),

@@ -377,56 +377,54 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
 
 /* softmax(q·kᵀ + causal mask)·v of every head over its segments. q, qr (BH, M, D): scaled queries, and the same
    rotated for the segments stored rotated (qr NULL if none is); out, out_rot (BH, M, D): the plain and the rotated
-   segments' shares (the caller rotates out_rot back). A segment with a position array masks row t for query row m
-   when pos[t] > qpos[m % nq]. */
+   segments' shares (the caller rotates out_rot back); lse (BH, M): each query row's log-sum-exp (-inf, and a zero
+   output, where a row sees nothing). A segment with a position array masks row t for query row m when
+   pos[t] > qpos[m % nq]. The segments run in parallel (OpenMP threads), each with its own softmax maximum, sum and
+   unnormalised values; each head's are merged after, as split-K attention does. */
 void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
                 const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D) {
     memset(out, 0, sizeof(float) * BH * M * D);
     if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
-    for (int b = 0; b < BH; b++) {
-        size_t T = 0;
-        for (int i = 0; i < S; i++) if (desc[i * N_FIELDS + F_HEAD] == b) T += desc[i * N_FIELDS + F_N];
-        if (lse) for (int m = 0; m < M; m++) lse[(size_t)b * M + m] = -INFINITY; /* a head without rows */
-        if (!T) continue;
-        float *sc = malloc(sizeof(float) * M * T), *mx = malloc(sizeof(float) * M * 2), *sum = mx + M;
-        size_t off = 0; /* segment blocks (M, n) one after another */
-        for (int i = 0; i < S; i++) {
-            const int64_t *s = desc + i * N_FIELDS;
-            if (s[F_HEAD] != b) continue;
-            int n = (int)s[F_N];
-            segment_scores(s, (s[F_ROT] ? qr : q) + (size_t)b * M * D, M, D, lut, sc + off);
+    float *mx = malloc(sizeof(float) * S * M * 2), *sum = mx + (size_t)S * M; /* per segment and query row */
+    float *acc = calloc((size_t)S * M * D, sizeof(float));
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < S; i++) {
+        const int64_t *s = desc + i * N_FIELDS;
+        int n = (int)s[F_N];
+        float *sc = malloc(sizeof(float) * M * n);
+        segment_scores(s, (s[F_ROT] ? qr : q) + (size_t)s[F_HEAD] * M * D, M, D, lut, sc);
+        for (int m = 0; m < M; m++) {
+            float *row = sc + (size_t)m * n, top = -INFINITY, total = 0.f;
             if (s[F_POS]) {
                 const int32_t *pos = (const int32_t *)s[F_POS];
-                for (int m = 0; m < M; m++) for (int t = 0; t < n; t++)
-                    if (pos[t] > qpos[m % nq]) sc[off + (size_t)m * n + t] = -INFINITY;
+                for (int t = 0; t < n; t++) if (pos[t] > qpos[m % nq]) row[t] = -INFINITY;
             }
-            off += (size_t)M * n;
+            for (int t = 0; t < n; t++) top = row[t] > top ? row[t] : top;
+            for (int t = 0; t < n; t++) { row[t] = top == -INFINITY ? 0.f : expf(row[t] - top); total += row[t]; }
+            mx[(size_t)i * M + m] = top; sum[(size_t)i * M + m] = total;
         }
-        for (int m = 0; m < M; m++) { mx[m] = -INFINITY; sum[m] = 0.f; }
-        for (int pass = 0; pass < 2; pass++) { /* the maximum, then exp and the normaliser */
-            off = 0;
-            for (int i = 0; i < S; i++) {
-                const int64_t *s = desc + i * N_FIELDS;
-                if (s[F_HEAD] != b) continue;
-                int n = (int)s[F_N];
-                for (int m = 0; m < M; m++) {
-                    float *row = sc + off + (size_t)m * n;
-                    if (!pass) for (int t = 0; t < n; t++) mx[m] = row[t] > mx[m] ? row[t] : mx[m];
-                    else for (int t = 0; t < n; t++) { row[t] = expf(row[t] - mx[m]); sum[m] += row[t]; }
-                }
-                off += (size_t)M * n;
-            }
-        }
-        if (lse) for (int m = 0; m < M; m++) lse[(size_t)b * M + m] = mx[m] + logf(sum[m]);
-        off = 0;
-        for (int i = 0; i < S; i++) {
-            const int64_t *s = desc + i * N_FIELDS;
-            if (s[F_HEAD] != b) continue;
-            int n = (int)s[F_N];
-            for (int m = 0; m < M; m++) for (int t = 0; t < n; t++) sc[off + (size_t)m * n + t] /= sum[m];
-            segment_values(s, sc + off, M, D, lut, (s[F_ROT] ? out_rot : out) + (size_t)b * M * D);
-            off += (size_t)M * n;
-        }
-        free(sc); free(mx);
+        segment_values(s, sc, M, D, lut, acc + (size_t)i * M * D);
+        free(sc);
     }
+    float *top = malloc(sizeof(float) * BH * M * 2), *total = top + (size_t)BH * M; /* per head and query row */
+    for (size_t r = 0; r < (size_t)BH * M; r++) { top[r] = -INFINITY; total[r] = 0.f; }
+    for (int i = 0; i < S; i++) for (int m = 0; m < M; m++) {
+        size_t r = (size_t)desc[i * N_FIELDS + F_HEAD] * M + m;
+        top[r] = mx[(size_t)i * M + m] > top[r] ? mx[(size_t)i * M + m] : top[r];
+    }
+    for (int i = 0; i < S; i++) for (int m = 0; m < M; m++) { /* each segment's share at its head's maximum */
+        const int64_t *s = desc + i * N_FIELDS;
+        size_t r = (size_t)s[F_HEAD] * M + m;
+        if (mx[(size_t)i * M + m] == -INFINITY) continue;
+        float w = expf(mx[(size_t)i * M + m] - top[r]), *dst = (s[F_ROT] ? out_rot : out) + r * D;
+        const float *a = acc + ((size_t)i * M + m) * D;
+        total[r] += w * sum[(size_t)i * M + m];
+        for (int d = 0; d < D; d++) dst[d] += w * a[d];
+    }
+    for (size_t r = 0; r < (size_t)BH * M; r++) {
+        if (lse) lse[r] = total[r] > 0.f ? top[r] + logf(total[r]) : -INFINITY;
+        if (total[r] <= 0.f) continue;
+        for (int d = 0; d < D; d++) { out[r * D + d] /= total[r]; if (out_rot) out_rot[r * D + d] /= total[r]; }
+    }
+    free(mx); free(acc); free(top);
 }
