@@ -139,8 +139,10 @@ def holds_due(self:StreamingState, t0:int) -> bool:
 def mix_state(self:StreamingState, exact, lse, # (B, h, g, 1, D), (B, h, g, 1): the exact part and its log-sum-exp
               query, t0:int) -> torch.Tensor: # (B, h, g, 1, D) the query at position t0
     "One decode step's answer: the exact part mixed with the state, when no stored row is due (`holds_due`)."
-    # attend_streaming's path with nothing arriving: the state decayed to the step, read by φ(q) in one matmul
-    S = self.S * (self.log_lam * (t0 - self.p.window - self.t_state)).exp()[None, :, None, None]
+    # attend_streaming's path with nothing arriving: the state decayed to the step, read by φ(q) in one matmul. An empty
+    # state stays as it is: its decay from t_state = -1 may overflow, and 0·inf is NaN
+    decay = (self.log_lam * (t0 - self.p.window - self.t_state)).exp()
+    S = self.S if self.t_state < 0 else self.S * decay[None, :, None, None]
     nd = feature(query, self.p.feature_map, self.temp[None, :, None, None]) @ S[:, :, None] # (B, h, g, 1, D+1)
     return combine_state(exact.float(), lse, nd[..., :-1], nd[..., -1], self.gain)
 

@@ -380,51 +380,49 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
    segments' shares (the caller rotates out_rot back); lse (BH, M): each query row's log-sum-exp (-inf, and a zero
    output, where a row sees nothing). A segment with a position array masks row t for query row m when
    pos[t] > qpos[m % nq]. The segments run in parallel (OpenMP threads), each with its own softmax maximum, sum and
-   unnormalised values; each head's are merged after, as split-K attention does. */
+   unnormalised values, merged into its head's running ones as split-K attention merges its splits: the scratch is
+   one segment's per thread, whatever the number of heads. */
 void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
                 const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D) {
     memset(out, 0, sizeof(float) * BH * M * D);
     if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
-    float *mx = malloc(sizeof(float) * S * M * 2), *sum = mx + (size_t)S * M; /* per segment and query row */
-    float *acc = calloc((size_t)S * M * D, sizeof(float));
+    float *top = malloc(sizeof(float) * BH * M * 2), *total = top + (size_t)BH * M; /* per head and query row */
+    for (size_t r = 0; r < (size_t)BH * M; r++) { top[r] = -INFINITY; total[r] = 0.f; }
     #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < S; i++) {
         const int64_t *s = desc + i * N_FIELDS;
         int n = (int)s[F_N];
-        float *sc = malloc(sizeof(float) * M * n);
+        float *sc = malloc(sizeof(float) * M * (n + 2 + D)), *mx = sc + (size_t)M * n, *sum = mx + M, *acc = sum + M;
         segment_scores(s, (s[F_ROT] ? qr : q) + (size_t)s[F_HEAD] * M * D, M, D, lut, sc);
         for (int m = 0; m < M; m++) {
-            float *row = sc + (size_t)m * n, top = -INFINITY, total = 0.f;
+            float *row = sc + (size_t)m * n;
             if (s[F_POS]) {
                 const int32_t *pos = (const int32_t *)s[F_POS];
                 for (int t = 0; t < n; t++) if (pos[t] > qpos[m % nq]) row[t] = -INFINITY;
             }
-            for (int t = 0; t < n; t++) top = row[t] > top ? row[t] : top;
-            for (int t = 0; t < n; t++) { row[t] = top == -INFINITY ? 0.f : expf(row[t] - top); total += row[t]; }
-            mx[(size_t)i * M + m] = top; sum[(size_t)i * M + m] = total;
+            mx[m] = -INFINITY; sum[m] = 0.f;
+            for (int t = 0; t < n; t++) mx[m] = row[t] > mx[m] ? row[t] : mx[m];
+            for (int t = 0; t < n; t++) { row[t] = mx[m] == -INFINITY ? 0.f : expf(row[t] - mx[m]); sum[m] += row[t]; }
         }
-        segment_values(s, sc, M, D, lut, acc + (size_t)i * M * D);
+        memset(acc, 0, sizeof(float) * M * D);
+        segment_values(s, sc, M, D, lut, acc);
+        #pragma omp critical(layer_read_merge)
+        for (int m = 0; m < M; m++) { /* the head's running share and this one's, at their joint maximum */
+            size_t r = (size_t)s[F_HEAD] * M + m;
+            if (mx[m] == -INFINITY) continue;
+            float joint = mx[m] > top[r] ? mx[m] : top[r], old = expf(top[r] - joint), w = expf(mx[m] - joint);
+            float *dst = (s[F_ROT] ? out_rot : out) + r * D; /* and the other share of the head, rescaled alike */
+            float *other = s[F_ROT] ? out + r * D : (out_rot ? out_rot + r * D : NULL);
+            for (int d = 0; d < D; d++) dst[d] = dst[d] * old + w * acc[(size_t)m * D + d];
+            if (other && old != 1.f) for (int d = 0; d < D; d++) other[d] *= old;
+            total[r] = total[r] * old + w * sum[m]; top[r] = joint;
+        }
         free(sc);
-    }
-    float *top = malloc(sizeof(float) * BH * M * 2), *total = top + (size_t)BH * M; /* per head and query row */
-    for (size_t r = 0; r < (size_t)BH * M; r++) { top[r] = -INFINITY; total[r] = 0.f; }
-    for (int i = 0; i < S; i++) for (int m = 0; m < M; m++) {
-        size_t r = (size_t)desc[i * N_FIELDS + F_HEAD] * M + m;
-        top[r] = mx[(size_t)i * M + m] > top[r] ? mx[(size_t)i * M + m] : top[r];
-    }
-    for (int i = 0; i < S; i++) for (int m = 0; m < M; m++) { /* each segment's share at its head's maximum */
-        const int64_t *s = desc + i * N_FIELDS;
-        size_t r = (size_t)s[F_HEAD] * M + m;
-        if (mx[(size_t)i * M + m] == -INFINITY) continue;
-        float w = expf(mx[(size_t)i * M + m] - top[r]), *dst = (s[F_ROT] ? out_rot : out) + r * D;
-        const float *a = acc + ((size_t)i * M + m) * D;
-        total[r] += w * sum[(size_t)i * M + m];
-        for (int d = 0; d < D; d++) dst[d] += w * a[d];
     }
     for (size_t r = 0; r < (size_t)BH * M; r++) {
         if (lse) lse[r] = total[r] > 0.f ? top[r] + logf(total[r]) : -INFINITY;
         if (total[r] <= 0.f) continue;
         for (int d = 0; d < D; d++) { out[r * D + d] /= total[r]; if (out_rot) out_rot[r * D + d] /= total[r]; }
     }
-    free(mx); free(acc); free(top);
+    free(top);
 }
