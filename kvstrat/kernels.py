@@ -27,7 +27,7 @@ _SIGNATURES = {'token_scores': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I]
                'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None),
                'channel_scores': ([_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I], None),
                'quantize_rows': ([_P, _P, _P, _P, _I, _I, _I, _I], _I),
-               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _I, _I, _I], None)}
+               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I], None)}
 
 def _cpu_flags() -> str:
     try: return next((l for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('flags')), '')
@@ -198,7 +198,8 @@ def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
     out, out_rot, lse = torch.empty(BH, M, D), None if qr is None else torch.empty(BH, M, D), torch.empty(BH, M)
     load_kernels().layer_read(q.data_ptr(), None if qr is None else qr.data_ptr(), segments.data_ptr(), len(segments),
                               qpos.data_ptr(), len(qpos), lut.data_ptr(), out.data_ptr(),
-                              None if out_rot is None else out_rot.data_ptr(), lse.data_ptr(), BH, M, D)
+                              None if out_rot is None else out_rot.data_ptr(), lse.data_ptr(), BH, M, D,
+                              torch.get_num_threads()) # torch's count, whichever OpenMP runtime the library has
     return out, out_rot, lse
 
 # %% ../nbs/03_kernels.ipynb #5763c030

@@ -379,16 +379,16 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
    rotated for the segments stored rotated (qr NULL if none is); out, out_rot (BH, M, D): the plain and the rotated
    segments' shares (the caller rotates out_rot back); lse (BH, M): each query row's log-sum-exp (-inf, and a zero
    output, where a row sees nothing). A segment with a position array masks row t for query row m when
-   pos[t] > qpos[m % nq]. The segments run in parallel (OpenMP threads), each with its own softmax maximum, sum and
+   pos[t] > qpos[m % nq]. The segments run on `threads` OpenMP threads, each with its own softmax maximum, sum and
    unnormalised values, merged into its head's running ones as split-K attention merges its splits: the scratch is
    one segment's per thread, whatever the number of heads. */
 void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
-                const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D) {
+                const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D, int threads) {
     memset(out, 0, sizeof(float) * BH * M * D);
     if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
     float *top = malloc(sizeof(float) * BH * M * 2), *total = top + (size_t)BH * M; /* per head and query row */
     for (size_t r = 0; r < (size_t)BH * M; r++) { top[r] = -INFINITY; total[r] = 0.f; }
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int i = 0; i < S; i++) {
         const int64_t *s = desc + i * N_FIELDS;
         int n = (int)s[F_N];
