@@ -120,6 +120,9 @@ class StreamParams:
     def log_lam(self, layer:int) -> torch.Tensor: return F.logsigmoid(self.lam_logit[layer])
     def gain(self, layer:int) -> torch.Tensor: return self.log_gain[layer].exp()
     def temp(self, layer:int) -> torch.Tensor: return self.log_temp[layer].exp()
+    def due(self, pos:torch.Tensor, t) -> torch.Tensor: # positions; the query position(s) t, broadcastable
+        "Rows the query at `t` reads through the state, not exactly: past the sinks, at or before `t - window`."
+        return (pos >= self.sinks) & (pos <= t - self.window)
 
 # %% ../nbs/11a_linear_attention.ipynb #3c8f701a
 _PARAM_KEYS = ('lam_logit', 'log_gain', 'log_temp')

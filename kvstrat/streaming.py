@@ -77,7 +77,7 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     # streaming heads hold few rows, first in each head's slots: attend to those alone
     Ts = int((slot_pos != EMPTY_SLOT).sum(-1).max())
     kp = slot_pos[:, :, :Ts].long()[:, :, None, :] # (B, h, 1, Ts)
-    due = (kp >= self.p.sinks) & (kp <= qpos.long()[:, None] - w) # (B, h, q, Ts)
+    due = self.p.due(kp, qpos.long()[:, None]) # (B, h, q, Ts)
     if self.layer.frozen: due = torch.zeros_like(due)
     key, value, ok = key[:, :, :Ts], value[:, :, :Ts], allowed[..., :Ts]
     exact, blk, p = ok & ~due, STREAMING_QUERY_BLOCK, None # (B, h, q, Ts): what each query attends exactly
@@ -131,9 +131,8 @@ def holds_due(self:StreamingState, t0:int) -> bool:
     "Does tier 0 hold a streaming head's row that the query at `t0` no longer attends exactly (not yet folded)?"
     if self.layer.frozen: return False # a frozen layer attends every stored row exactly
     st = self.layer.store
-    t, p = st.tiers[0], self.p
-    pos = t.pos.long()
-    return bool((self.heads[t.heads() % st.H] & (pos >= p.sinks) & (pos <= t0 - p.window)).any())
+    t = st.tiers[0]
+    return bool((self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), t0)).any())
 
 @patch
 def mix_state(self:StreamingState, exact, lse, # (B, h, g, 1, D), (B, h, g, 1): the exact part and its log-sum-exp
@@ -405,8 +404,8 @@ def streaming_rows(self:Streaming, view:LayerView) -> torch.Tensor:
 @patch
 def fold_due(self:Streaming, view:LayerView, streaming:torch.Tensor, target:torch.Tensor) -> torch.Tensor:
     "Streaming heads' rows the next query will not attend exactly go (into the state); their other rows stay exact."
-    p = view.derived.params # folded now, not at the next step: a decode step then finds none of its rows due
-    due = streaming & (view.pos >= p.sinks) & (view.pos <= view.seen - p.window)
+    # due for the next query (at `seen`): folded now, not at the next step, so a decode step finds none of them stored
+    due = streaming & view.derived.params.due(view.pos, view.seen)
     return torch.where(due, view.evicted, torch.where(streaming, view.tier, target))
 
 # %% ../nbs/12_streaming.ipynb #66083239
