@@ -14,7 +14,7 @@ from .store import FP16, TierSpec
 from .policy import Needs, Strategy, register
 
 # %% auto #0
-__all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows']
+__all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows', 'quiet_sinking']
 
 # %% ../nbs/08_baselines.ipynb #9cb9fa47
 @register
@@ -97,8 +97,22 @@ def sinking_rows(view, # an ordered strategy's view: tier 0 alone
     before = torch.cumsum(n_old, 0) - n_old
     return old & (torch.cumsum(old, 0) <= (before + movable)[view.head])
 
+# %% ../nbs/08_baselines.ipynb #b04e48ec
+def quiet_sinking(view, target:torch.Tensor, # (N,) where this step's plan sends each row of tier 0
+                  residual:int, sinks:int, group:int|None, # as for `sinking_rows`
+                  rows:torch.Tensor|None=None) -> int: # (N,) bool: the rows the rule places; None: every row
+    "One-token steps after this one in which `sinking_rows` sinks nothing: each step ages one row per head at most."
+    old = (view.pos < view.seen - residual) & (view.pos >= sinks) & (target == 0) # old, and staying in tier 0
+    if rows is not None: old &= rows
+    n_old = torch.bincount(view.head[old], minlength=view.batch * view.n_kv_heads)
+    return max((group or 1) - 1 - int(n_old.max()), 0) # the fullest head sinks when it holds a whole group
+
 # %% ../nbs/08_baselines.ipynb #7474c9e7
 @patch
 def assign(self:Kivi, view): # the view holds tier 0 alone (ordered)
     # per-channel keys leave in whole token groups, oldest first
     return sinking_rows(view, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None).long()
+
+@patch
+def quiet_steps(self:Kivi, view, target) -> int:
+    return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None)

@@ -34,6 +34,7 @@ class CompressedLayer(CacheLayerMixin):
         self.needs, self.specs = strategy.needs(), strategy.tiers(spec.head_dim)
         self.frozen = False # when True, new tokens stay in tier 0 (prefill-only compression)
         self.store = self.state = None # created with the first rows; `state` by strategies whose heads keep one
+        self.quiet_until = -1 # one-token steps up to this `seen` skip planning: the strategy said nothing would move
 
     def lazy_initialization(self, key_states, value_states):
         B, H, _, D = key_states.shape
@@ -57,12 +58,15 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
          scaling:float,
          softcap:float|None=None, # attention-logit cap tanh(s/c)·c (Gemma 2); None: none
         ) -> torch.Tensor: # (B, q, H_q, D)
-    "One cycle: write the chunk, read the layer, then let the strategy observe and place the rows."
+    "One cycle: write the chunk, read the layer, let the strategy observe and place the rows, fold a state's rows."
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
     qpos = torch.arange(seen - q, seen, device=query.device)
     out, probs, keys = self.read(query, qpos, padding, scaling, softcap)
-    if not self.frozen: self.place(probs, keys, None if padding is None else padding[:, :seen])
+    if not self.frozen:
+        if q > 1 or padding is not None or seen > self.quiet_until:
+            self.place(probs, keys, None if padding is None else padding[:, :seen])
+        if self.state is not None: self.state.fold_due()
     return out
 
 # %% ../nbs/07_cache.ipynb #fa65a675
@@ -139,16 +143,12 @@ def place(self:CompressedLayer, probs, keys, padding): # padding (B, seen) bool 
     self.observe(view, probs, keys)
     target = self.strategy.assign(view)
     if padding is not None and not padding.all(): target, is_pad = self.free_padding(view, target, padding)
-    if target is None: return
-    if self.needs.one_way: target = torch.maximum(target, view.tier)
+    if target is None: target = view.tier
+    elif self.needs.one_way: target = torch.maximum(target, view.tier)
+    self.quiet_until = view.seen + self.strategy.quiet_steps(view, target)
     if torch.equal(target, view.tier): return # most decode steps: every row stays where it is
-    fold = None
-    if self.state is not None: # evicted rows (not padding) go into the heads' state
-        fold = target == view.evicted
-        if is_pad is not None: fold &= ~is_pad
-    try: folded = self.store.move(target, fold, padding=is_pad)
+    try: self.store.move(target, padding=is_pad)
     except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
-    for heads, pos, k, v in folded: self.state.absorb(heads, pos, k, v, self.store.seen)
 
 # %% ../nbs/07_cache.ipynb #ac544f41
 @patch
@@ -156,6 +156,7 @@ def gather_batches(self:CompressedLayer, batch_idx:torch.Tensor):
     if not self.is_initialized: return
     self.store.gather_batches(batch_idx)
     if self.state is not None: self.state.gather_batches(batch_idx)
+    self.quiet_until = -1 # other batch rows: plan again
 
 @patch
 def reorder_cache(self:CompressedLayer, beam_idx): self.gather_batches(beam_idx)
@@ -177,6 +178,7 @@ def crop(self:CompressedLayer, tokens_to_remove:int):
         raise ValueError(f"cannot crop to {length} tokens: tokens up to position {self.state.newest} are folded into "
                          "a fixed-size state and cannot be taken out again")
     self.store.crop(length)
+    self.quiet_until = -1
 
 @patch
 def reset(self:CompressedLayer): self.is_initialized, self.store, self.state = False, None, None

@@ -79,8 +79,7 @@ class HeadState(Protocol):
     def read_beside(self, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
                     lse, # (B, H_kv, g, q) its log-sum-exp
                     query, qpos, scaling:float) -> torch.Tensor: ... # `out`, its heads' part read with the state
-    def absorb(self, heads, pos, k, v, # (n,) flat heads and positions, (n, D) float32 rows leaving the exact cache
-               seen:int): ... # tokens written so far
+    def fold_due(self): ... # after each step: its heads' rows past what they attend exactly leave the store, into it
     def gather_batches(self, batch_idx:torch.Tensor): ...
     def nbytes(self) -> int: ...
 
@@ -96,6 +95,8 @@ class Strategy:
     def observe(self, view:LayerView, probs:torch.Tensor, # (N, q) attention each row received from each query
                ) -> torch.Tensor|None: return None # (N,) new scores
     def assign(self, view:LayerView) -> torch.Tensor|None: return None # (N,) target tier, or None: no change
+    def quiet_steps(self, view:LayerView, target:torch.Tensor, # (N,) where this step's `assign` sent each row
+                   ) -> int: return 0 # decode steps after this one in which `assign` is sure to move no row
     def head_state(self, layer, derived) -> HeadState|None: return None # memory for tokens some heads evict
     def adapted(self, model, derived): return nullcontext() # scope of model changes it needs (calibrated adapters)
     def provenance(self, derived) -> str|None: return None # what saved data (calibration, profile) it uses

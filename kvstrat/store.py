@@ -488,7 +488,7 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
     if self.dropped is None and not gone.any(): return
     drops = torch.bincount(t0.heads()[gone], minlength=BH)
     sinking = torch.bincount(t0.heads()[(target > 0) & (target < n_tiers)], minlength=BH)
-    sinking += sum(t.counts.long() for t in self.tiers[1:]) # rows each head sinks now or holds deeper already
+    sinking += torch.stack([t.counts for t in self.tiers[1:]]).sum(0) # rows each head sinks or holds deeper already
     before = self.dropped if self.dropped is not None else torch.zeros_like(drops)
     if ((drops + before > 0) & (sinking > 0)).any():
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "

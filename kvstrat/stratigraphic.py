@@ -254,3 +254,10 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds
     if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
         sink = torch.where(tier == view.evicted, sinking_rows(view, self.window, self.sinks, None), sink)
     return torch.where(sink, tier, 0)
+
+@patch
+def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
+    tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
+    if self.window is not None and bool((tier == view.evicted).any()): return 0 # evicting heads drop a row a step
+    return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
+                         rows=tier > 0) # a head planned at fp16 never sinks

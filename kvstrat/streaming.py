@@ -42,26 +42,41 @@ class StreamingState:
                                               for x in (params.log_lam(i), params.gain(i), params.temp(i)))
         self.S = torch.zeros(st.B, len(cpu_idx), st.D, st.D + 1, device=dev) # Σ λ^(t_s-j) φ(k_j)[v_j, 1]ᵀ
         self.t_state, self.newest = -1, -1 # S's weights are λ^(t_state - j); newest position absorbed
+        self.folded_for = -1 # the query position for which `fold_due` last folded every due row
 
     def nbytes(self) -> int: return self.S.nbytes
     def gather_batches(self, batch_idx): self.S = self.S[batch_idx.to(self.S.device)]
 
 # %% ../nbs/12_streaming.ipynb #2ab2c595
 @patch
-def absorb(self:StreamingState, heads, pos, k, v, seen:int):
-    "Fold evicted rows of streaming heads into the state (other heads' rows are dropped)."
+def absorb(self:StreamingState, heads, pos, k, v, # (n,) flat heads (streaming ones) and positions, (n, D) float32
+           seen:int):
+    "Add rows of its streaming heads to the state."
     H = self.layer.store.H
-    mine = self.heads[heads % H]
-    if not mine.any(): return
-    heads, pos, k, v = heads[mine], pos[mine].long(), k[mine], v[mine]
     slot, b, t_new = self.slot_of[heads % H], heads // H, seen - self.p.window # the next query's due boundary
     if self.t_state >= 0: self.S *= (self.log_lam * (t_new - self.t_state)).exp()[None, :, None, None]
-    fk = feature(k, self.p.feature_map, self.temp[slot]) * (self.log_lam[slot] * (t_new - pos)).exp()[:, None]
+    fk = feature(k, self.p.feature_map, self.temp[slot]) * (self.log_lam[slot] * (t_new - pos.long())).exp()[:, None]
     vaug = torch.cat([v.float(), torch.ones(len(v), 1, device=v.device)], -1) # (n, D+1)
     # Σ over each (batch row, head)'s rows as one matmul: a prefill's (n, D, D+1) outer products weighed 65 MB at 1k
     group = torch.nn.functional.one_hot(b * self.S.shape[1] + slot, self.S.shape[0] * self.S.shape[1]).to(fk.dtype)
     self.S += ((group[:, :, None] * fk[:, None]).flatten(1).T @ vaug).view(self.S.shape) # (B·h·D, n) @ (n, D+1)
     self.t_state, self.newest = t_new, max(self.newest, int(pos.max()))
+
+
+# %% ../nbs/12_streaming.ipynb #eb4aa382
+@patch
+def fold_due(self:StreamingState):
+    "After each step: its heads' rows the next query no longer attends exactly leave the store, into the state."
+    # due for the next query (at `seen`): folded now, not at the next step, so a decode step finds none of them stored
+    st = self.layer.store
+    t = st.tiers[0] # a streaming head holds its rows in tier 0 alone
+    due = self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), st.seen) # (N0,)
+    self.folded_for = st.seen
+    if not due.any(): return
+    stay = [torch.full((x.n,), i, device=st.device) for i, x in enumerate(st.movable())] # deeper movable tiers: none
+    target = torch.cat([torch.where(due, len(st.tiers), 0), *stay[1:]])
+    for heads, pos, k, v in st.move(target, fold=target == len(st.tiers)): self.absorb(heads, pos, k, v, st.seen)
+
 
 # %% ../nbs/12_streaming.ipynb #93322bac
 STREAMING_QUERY_BLOCK = 128 # queries whose exact attention a streaming head computes at once
@@ -130,9 +145,7 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
 def holds_due(self:StreamingState, t0:int) -> bool:
     "Does tier 0 hold a streaming head's row that the query at `t0` no longer attends exactly (not yet folded)?"
     if self.layer.frozen: return False # a frozen layer attends every stored row exactly
-    st = self.layer.store
-    t = st.tiers[0]
-    return bool((self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), t0)).any())
+    return self.folded_for != t0 # `fold_due` leaves none for the query it folded for
 
 @patch
 def mix_state(self:StreamingState, exact, lse, # (B, h, g, 1, D), (B, h, g, 1): the exact part and its log-sum-exp
@@ -400,17 +413,9 @@ def streaming_rows(self:Streaming, view:LayerView) -> torch.Tensor:
     "(N,) bool: rows that belong to a streaming head."
     return view.derived.mask[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
 
-# %% ../nbs/12_streaming.ipynb #398ab2c7
-@patch
-def fold_due(self:Streaming, view:LayerView, streaming:torch.Tensor, target:torch.Tensor) -> torch.Tensor:
-    "Streaming heads' rows the next query will not attend exactly go (into the state); their other rows stay exact."
-    # due for the next query (at `seen`): folded now, not at the next step, so a decode step finds none of them stored
-    due = streaming & view.derived.params.due(view.pos, view.seen)
-    return torch.where(due, view.evicted, torch.where(streaming, view.tier, target))
-
 # %% ../nbs/12_streaming.ipynb #66083239
 @patch
-def assign(self:Streaming, view:LayerView): return self.fold_due(view, self.streaming_rows(view), view.tier)
+def quiet_steps(self:Streaming, view:LayerView, target) -> int: return 1 << 62 # nothing to plan: the state folds
 
 # %% ../nbs/12_streaming.ipynb #801dd529
 @register
@@ -458,11 +463,17 @@ def observe(self:Hybrid, view:LayerView, probs:torch.Tensor):
 # %% ../nbs/12_streaming.ipynb #e47b7c23
 @patch
 def assign(self:Hybrid, view:LayerView):
-    streaming, target = self.streaming_rows(view), view.tier.clone()
-    sub = restrict(view, ~streaming, view.derived.inner)
-    if not streaming.all() and (inner := view.derived.inner_strategy.assign(sub)) is not None:
-        target[~streaming] = inner
-    return self.fold_due(view, streaming, target)
+    "The inner strategy places the retrieval heads' rows; the streaming heads' stay (their state folds them)."
+    streaming = self.streaming_rows(view)
+    if streaming.all(): return None
+    inner = view.derived.inner_strategy.assign(restrict(view, ~streaming, view.derived.inner))
+    return None if inner is None else view.tier.masked_scatter(~streaming, inner)
+
+@patch
+def quiet_steps(self:Hybrid, view:LayerView, target) -> int:
+    streaming = self.streaming_rows(view)
+    if streaming.all(): return 1 << 62
+    return view.derived.inner_strategy.quiet_steps(restrict(view, ~streaming, view.derived.inner), target[~streaming])
 
 # %% ../nbs/12_streaming.ipynb #36a66a52
 def held_rows(cache:CompressedCache) -> torch.Tensor:

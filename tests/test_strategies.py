@@ -150,6 +150,37 @@ def test_tiered_read_matches_dense(name, layout):
     if name in ('int8', 'int4', 'kivi'): # in-order strategies keep every head alike: the tiers were read in place
         assert all(l.reads_tiers(None) for l in fast_cache.layers if isinstance(l, CompressedLayer))
 
+QUIET_CASES = [(name, layout) for name, layout in CASES if layout in ('gqa', 'gemma3')]
+
+@pytest.mark.parametrize('name,layout', QUIET_CASES)
+def test_quiet_steps_hold(name, layout):
+    """While a layer skips planning (its strategy's `quiet_steps`), the strategy's own plan moves no row; and a cache
+    that skips gives the logits and bytes of one that plans at every step."""
+    model, strategy = _model(layout), _strategy(name, layout)
+    ids = torch.randint(1, 256, (1, 72))
+    def run(skip):
+        cache, logits, checked = CompressedCache(model, strategy), [], 0
+        layers = lambda: [l for l in cache.layers if isinstance(l, CompressedLayer)]
+        with cache.attached(model), torch.no_grad():
+            model(ids[:, :24], cache=cache, use_cache=True)
+            for i in range(24, 72):
+                if not skip:
+                    for l in layers(): l.quiet_until = -1 # plan at every step
+                logits.append(model(ids[:, i:i+1], cache=cache, use_cache=True).logits)
+                for l in layers():
+                    if l.store.seen > l.quiet_until: continue
+                    view = l.view()
+                    target = strategy.assign(view)
+                    if target is not None and l.needs.one_way: target = torch.maximum(target, view.tier)
+                    assert target is None or torch.equal(target, view.tier), f"step {i}, layer {l.layer_idx}"
+                    checked += 1
+        return torch.cat(logits, 1), cache.nbytes(), checked
+    (quiet, quiet_bytes, checked), (eager, eager_bytes, _) = run(True), run(False)
+    torch.testing.assert_close(quiet, eager, atol=1e-5, rtol=1e-5)
+    assert quiet_bytes == eager_bytes
+    if type(strategy).quiet_steps is not Strategy.quiet_steps: # it claims quiet steps: some were taken
+        assert checked > 0
+
 def test_the_matrix_runs_a_strategy_defined_here():
     assert ('every-other-old', 'gqa') in CASES
     model, ids = _model('gqa'), torch.randint(1, 256, (1, 40))
