@@ -17,8 +17,8 @@ from .adapter import ModelSpec
 from .store import FP16, TierSpec, head_starts
 
 # %% auto #0
-__all__ = ['STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 'Needs', 'LayerView', 'rank_in_head', 'HeadState', 'Strategy',
-           'Registry', 'register', 'make_strategy']
+__all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 'Needs', 'LayerView', 'rank_in_head', 'HeadState',
+           'Strategy', 'Registry', 'register', 'make_strategy']
 
 # %% ../nbs/06_policy.ipynb #345b264d
 @dataclass(frozen=True)
@@ -84,6 +84,8 @@ class HeadState(Protocol):
     def nbytes(self) -> int: ...
 
 # %% ../nbs/06_policy.ipynb #0f963b1a
+NEVER_MOVES = 1 << 62 # `quiet_steps` of a rule whose `assign` never moves a row: every step is quiet
+
 @dataclass
 class Strategy:
     "Base strategy: everything stays in tier 0 (fp)."

@@ -19,7 +19,7 @@ from .attention import allowed_slots, explicit_attention, grouped_attention
 from .store import EMPTY_SLOT
 from .linear_attention import (StreamParams, model_shape, feature, decayed_attention, combine_state,
                                       attention_override)
-from .policy import LayerView, Needs, Strategy, STRATEGIES, make_strategy, register
+from .policy import LayerView, Needs, NEVER_MOVES, Strategy, STRATEGIES, make_strategy, register
 from .cache import CompressedCache, CompressedLayer, prefill_cache
 
 # %% auto #0
@@ -425,7 +425,7 @@ def streaming_rows(self:Streaming, view:LayerView) -> torch.Tensor:
 
 # %% ../nbs/12_streaming.ipynb #66083239
 @patch
-def quiet_steps(self:Streaming, view:LayerView, target) -> int: return 1 << 62 # nothing to plan: the state folds
+def quiet_steps(self:Streaming, view:LayerView, target) -> int: return NEVER_MOVES # the state folds its rows
 
 # %% ../nbs/12_streaming.ipynb #801dd529
 @register
@@ -482,7 +482,7 @@ def assign(self:Hybrid, view:LayerView):
 @patch
 def quiet_steps(self:Hybrid, view:LayerView, target) -> int:
     streaming = self.streaming_rows(view)
-    if streaming.all(): return 1 << 62
+    if streaming.all(): return NEVER_MOVES
     return view.derived.inner_strategy.quiet_steps(restrict(view, ~streaming, view.derived.inner), target[~streaming])
 
 # %% ../nbs/12_streaming.ipynb #36a66a52
