@@ -105,12 +105,7 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     due = self.p.due(kp, qpos.long()[:, None]) # (B, h, q, Ts)
     if self.layer.frozen: due = torch.zeros_like(due)
     key, value, ok = key[:, :, :Ts], value[:, :, :Ts], allowed[..., :Ts]
-    exact, blk, p = ok & ~due, STREAMING_QUERY_BLOCK, None # (B, h, q, Ts): what each query attends exactly
-    if want_probs: o_s, lse, p = explicit_attention(query.flatten(1, 2), key, value, exact, scaling)
-    else: # in blocks of queries: a prefill chunk's (h·g, q, Ts) scores at once weighed 265 MB at 1k
-        o_s, lse = (torch.cat(x, 3) for x in zip(*[ # (B, h, g, q, D), (B, h, g, q)
-            attend_exact(query[:, :, :, j:j + blk], key, value, exact[:, :, j:j + blk], scaling)
-            for j in range(0, q, blk)]))
+    exact = ok & ~due # (B, h, q, Ts): what each query attends exactly
     # stored rows that become due in this chunk, lined up by the step u at which they enter the state
     arrive = (due & ok)[:, :, -1] # (B, h, Ts): due for the last query, and not padding
     u = kp[:, :, 0] + w - t0
@@ -119,13 +114,23 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     vs = torch.zeros(B, h, q, D + 1, device=query.device)
     fk[b_, h_, u[b_, h_, s_]] = feature(key[b_, h_, s_], self.p.feature_map, self.temp[h_])
     vs[b_, h_, u[b_, h_, s_]] = torch.cat([value[b_, h_, s_].float(), torch.ones(len(b_), 1, device=query.device)], -1)
-    S0 = (self.S if self.t_state < 0 else
-          self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None])
-    fq = feature(query, self.p.feature_map, self.temp[None, :, None, None])
-    rep = lambda x: x[:, :, None].expand(B, h, g, *x.shape[2:]).reshape(B, h * g, *x.shape[2:])
-    o, _ = decayed_attention(fq.reshape(B, h * g, q, D), rep(fk), rep(vs), self.log_lam.repeat_interleave(g), rep(S0))
-    o = o.view(B, h, g, q, D + 1)
-    return combine_state(o_s, lse, o[..., :D], o[..., D], self.gain), (p.mean(2) if want_probs else None)
+    rep = lambda x: x[:, :, None].expand(B, h, g, *x.shape[2:]).reshape(B, h * g, *x.shape[2:]) # per query head
+    S = rep(self.S if self.t_state < 0 else
+            self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None]) # (B, h·g, D, D+1)
+    probs_part = explicit_attention(query.flatten(1, 2), key, value, exact, scaling) if want_probs else None
+    out, blk = torch.empty(B, h, g, q, D, device=query.device), STREAMING_QUERY_BLOCK
+    # a block of queries at a time, the state carried from block to block: a prefill chunk's exact scores and
+    # linear-attention terms at once weighed 265 MB at 1k, and every (h·g, q)-sized term grows the heap
+    for j in range(0, q, blk):
+        b = slice(j, j + blk)
+        o_s, lse = (probs_part[0][..., b, :], probs_part[1][..., b]) if want_probs else attend_exact(
+            query[:, :, :, b], key, value, exact[:, :, b], scaling) # (B, h, g, n, D), (B, h, g, n)
+        fq = feature(query[:, :, :, b], self.p.feature_map, self.temp[None, :, None, None]).flatten(1, 2)
+        o, S = decayed_attention(fq, rep(fk[:, :, b]), rep(vs[:, :, b]), self.log_lam.repeat_interleave(g), S)
+        o = o.view(B, h, g, -1, D + 1)
+        out[:, :, :, b] = combine_state(o_s, lse, o[..., :D], o[..., D], self.gain)
+    return out, (probs_part[2].mean(2) if want_probs else None)
+
 
 # %% ../nbs/12_streaming.ipynb #a7c3e210
 @patch
