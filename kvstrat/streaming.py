@@ -102,12 +102,11 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     # streaming heads hold few rows, first in each head's slots: attend to those alone
     Ts = int((slot_pos != EMPTY_SLOT).sum(-1).max())
     kp = slot_pos[:, :, :Ts].long()[:, :, None, :] # (B, h, 1, Ts)
-    due = self.p.due(kp, qpos.long()[:, None]) # (B, h, q, Ts)
-    if self.layer.frozen: due = torch.zeros_like(due)
     key, value, ok = key[:, :, :Ts], value[:, :, :Ts], allowed[..., :Ts]
-    exact = ok & ~due # (B, h, q, Ts): what each query attends exactly
+    def exact_for(b:slice) -> torch.Tensor: # (B, h, n, Ts): the slots the queries of `b` attend exactly
+        return ok[:, :, b] if self.layer.frozen else ok[:, :, b] & ~self.p.due(kp, qpos[b].long()[:, None])
     # stored rows that become due in this chunk, lined up by the step u at which they enter the state
-    arrive = (due & ok)[:, :, -1] # (B, h, Ts): due for the last query, and not padding
+    arrive = ok[:, :, -1] & ~exact_for(slice(q - 1, q))[:, :, 0] # (B, h, Ts): not padding, and due for the last query
     u = kp[:, :, 0] + w - t0
     b_, h_, s_ = (arrive & (u >= 0)).nonzero(as_tuple=True)
     fk = torch.zeros(B, h, q, D, device=query.device)
@@ -117,14 +116,15 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     rep = lambda x: x[:, :, None].expand(B, h, g, *x.shape[2:]).reshape(B, h * g, *x.shape[2:]) # per query head
     S = rep(self.S if self.t_state < 0 else
             self.S * (self.log_lam * (t0 - 1 - w - self.t_state)).exp()[None, :, None, None]) # (B, h·g, D, D+1)
-    probs_part = explicit_attention(query.flatten(1, 2), key, value, exact, scaling) if want_probs else None
+    probs_part = (explicit_attention(query.flatten(1, 2), key, value, exact_for(slice(0, q)), scaling) if want_probs
+                  else None) # output, log-sum-exp and probabilities over every query at once
     out, blk = torch.empty(B, h, g, q, D, device=query.device), STREAMING_QUERY_BLOCK
     # a block of queries at a time, the state carried from block to block: a prefill chunk's exact scores and
     # linear-attention terms at once weighed 265 MB at 1k, and every (h·g, q)-sized term grows the heap
     for j in range(0, q, blk):
         b = slice(j, j + blk)
         o_s, lse = (probs_part[0][..., b, :], probs_part[1][..., b]) if want_probs else attend_exact(
-            query[:, :, :, b], key, value, exact[:, :, b], scaling) # (B, h, g, n, D), (B, h, g, n)
+            query[:, :, :, b], key, value, exact_for(b), scaling) # (B, h, g, n, D), (B, h, g, n)
         fq = feature(query[:, :, :, b], self.p.feature_map, self.temp[None, :, None, None]).flatten(1, 2)
         o, S = decayed_attention(fq, rep(fk[:, :, b]), rep(vs[:, :, b]), self.log_lam.repeat_interleave(g), S)
         o = o.view(B, h, g, -1, D + 1)
