@@ -86,6 +86,7 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
                       allowed:torch.Tensor|None, # (B|1, H_kv|1, q, T) bool; None: every slot (without probs)
                       scaling:float, want_probs:bool=False,
                       softcap:float|None=None, # attention-logit cap (sdpa has none: the explicit softmax applies it)
+                      causal:bool=False, # with `allowed` None: query i attends slots 0..i (a first chunk), unmasked
                      ) -> tuple[torch.Tensor, torch.Tensor|None]:
     "Output `(B, q, H_q, D)` and, if asked, each KV head's attention `(B*H_kv, q, T)` averaged over its query heads."
     B, Hq, q, D = query.shape
@@ -95,6 +96,9 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
         out, _, probs = explicit_attention(query, key, value, allowed, scaling, softcap) # (B, H_kv, g, q, D), (..., T)
         probs = probs.mean(2).reshape(B * Hkv, q, T) if want_probs else None
         return out.to(value.dtype).view(B, Hq, q, D).transpose(1, 2), probs
+    if allowed is None and causal: # sdpa's causal kernel: no mask, and no (q, T) float mask made from one
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2), None
     if allowed is None:
         qg = query.reshape(B, Hkv, g * q, D) # query head j*g + r serves KV head j, as in repeat_kv
         out = F.scaled_dot_product_attention(qg, key, value, scale=scaling)
@@ -120,8 +124,11 @@ def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:
     # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
     unmasked = (query.shape[2] == 1 and padding is None and not want_probs and state is None and softcap is None
                 and not (slot_pos == EMPTY_SLOT).any())
-    allowed = None if unmasked else allowed_slots(slot_pos, qpos, padding)
-    if state is None: out, probs = grouped_attention(query, K, V, allowed, scaling, want_probs, softcap)
+    # a first chunk: every head holds exactly the chunk's tokens, in order, so each query attends the slots up to its own
+    causal = (not unmasked and padding is None and not want_probs and state is None and softcap is None
+              and slot_pos.shape[-1] == len(qpos) and bool((slot_pos == qpos).all()))
+    allowed = None if unmasked or causal else allowed_slots(slot_pos, qpos, padding)
+    if state is None: out, probs = grouped_attention(query, K, V, allowed, scaling, want_probs, softcap, causal)
     else: out, probs = state.attend(query, K, V, slot_pos, qpos, allowed, scaling, want_probs)
     return out, probs, K
 
