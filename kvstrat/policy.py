@@ -74,7 +74,8 @@ class HeadState(Protocol):
     "Fixed-size memory some heads of one layer keep in place of the tokens they evict."
     newest: int # newest position absorbed so far (-1: none); crop cannot go below it
     def attend(self, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2: the new queries and every stored slot
-               slot_pos, qpos, allowed, # (B, H_kv, T), (q,), (B, H_kv, q, T) as in `allowed_slots`
+               slot_pos, qpos, allowed, # (B, H_kv, T), (q,), (B, H_kv, q, T) as in `allowed_slots`; None: a first
+                                        # chunk without probabilities, each query attending the slots up to its own
                scaling:float, want_probs:bool) -> tuple[torch.Tensor, torch.Tensor|None]: ... # as `grouped_attention`
     def read_beside(self, out, # (B, q, H_q, D) every head's attention over its stored rows, read in place
                     lse, # (B, H_kv, g, q) its log-sum-exp

@@ -139,7 +139,8 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
     B, Hq, q, D = query.shape
     H, T, g = key.shape[1], key.shape[2], Hq // key.shape[1]
     i, r, qh = self.idx, (~self.heads).nonzero()[:, 0], query.view(B, H, g, q, D)
-    allowed = allowed.expand(B, H, q, T)
+    causal = allowed is None # a first chunk: the retrieval heads attend through sdpa's causal kernel, unmasked
+    allowed = allowed_slots(slot_pos[:, i], qpos) if causal else allowed.expand(B, H, q, T)
     out, probs = torch.zeros(B, H, g, q, D, device=query.device), None
     if want_probs: probs = torch.zeros(B, H, q, T, device=query.device)
     if len(r): # retrieval heads: plain attention (sdpa, one head's mask at a time, unless probabilities are wanted)
@@ -147,10 +148,11 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
             out[:, r], _, p = explicit_attention(qh[:, r].flatten(1, 2), key[:, r], value[:, r], allowed[:, r], scaling)
             probs[:, r] = p.mean(2)
         else:
-            o, _ = grouped_attention(qh[:, r].flatten(1, 2), key[:, r], value[:, r], allowed[:, r], scaling)
+            o, _ = grouped_attention(qh[:, r].flatten(1, 2), key[:, r], value[:, r], None if causal else allowed[:, r],
+                                     scaling, causal=causal)
             out[:, r] = o.transpose(1, 2).unflatten(1, (len(r), g)).float()
-    out[:, i], p = self.attend_streaming(qh[:, i], key[:, i], value[:, i], slot_pos[:, i], qpos, allowed[:, i],
-                                         scaling, want_probs)
+    out[:, i], p = self.attend_streaming(qh[:, i], key[:, i], value[:, i], slot_pos[:, i], qpos,
+                                         allowed if causal else allowed[:, i], scaling, want_probs)
     if want_probs: probs[:, i, :, :p.shape[-1]] = p
     probs = probs.reshape(B * H, q, T) if want_probs else None
     return out.reshape(B, Hq, q, D).transpose(1, 2).to(query.dtype), probs
