@@ -124,7 +124,7 @@ def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:
     # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
     unmasked = (query.shape[2] == 1 and padding is None and not want_probs and state is None and softcap is None
                 and not (slot_pos == EMPTY_SLOT).any())
-    # a first chunk: every head holds exactly the chunk's tokens, in order, so each query attends the slots up to its own
+    # a first chunk: every head holds just the chunk's tokens, in order, so each query attends the slots up to its own
     causal = (not unmasked and padding is None and not want_probs and softcap is None
               and slot_pos.shape[-1] == len(qpos) and bool((slot_pos == qpos).all()))
     allowed = None if unmasked or causal else allowed_slots(slot_pos, qpos, padding) # a state reads None as causal
