@@ -131,7 +131,6 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
         out[:, :, :, b] = combine_state(o_s, lse, o[..., :D], o[..., D], self.gain)
     return out, (probs_part[2].mean(2) if want_probs else None)
 
-
 # %% ../nbs/12_streaming.ipynb #a7c3e210
 @patch
 def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scaling:float, want_probs:bool):
@@ -140,6 +139,7 @@ def attend(self:StreamingState, query, key, value, slot_pos, qpos, allowed, scal
     H, T, g = key.shape[1], key.shape[2], Hq // key.shape[1]
     i, r, qh = self.idx, (~self.heads).nonzero()[:, 0], query.view(B, H, g, q, D)
     causal = allowed is None # a first chunk: the retrieval heads attend through sdpa's causal kernel, unmasked
+    if causal and want_probs: raise ValueError("attend: a first chunk read without a mask gives no probabilities")
     allowed = allowed_slots(slot_pos[:, i], qpos) if causal else allowed.expand(B, H, q, T)
     out, probs = torch.zeros(B, H, g, q, D, device=query.device), None
     if want_probs: probs = torch.zeros(B, H, q, T, device=query.device)
