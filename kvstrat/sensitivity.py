@@ -19,8 +19,8 @@ from .calibration import calibration_windows
 
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'layer_costs', 'evicting_attention',
-           'eviction_costs', 'Sensitivity', 'load_sensitivity', 'measure_sensitivity', 'knapsack', 'allocate',
-           'calibration_set', 'main']
+           'eviction_costs', 'Sensitivity', 'load_sensitivity', 'measure_sensitivity', 'smallest_true', 'knapsack',
+           'allocate', 'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -198,6 +198,16 @@ def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and byte
 def _bytes(row_bytes, choice) -> float: return row_bytes.gather(1, choice[:, None]).sum().item()
 
 # %% ../nbs/11b_sensitivity.ipynb #97a6bfbe
+def smallest_true(pred, # monotone in x ≥ 0: False, then True from some x on
+                  steps:int=60) -> float:
+    "The x at which `pred` turns True, from above to `steps` halvings: doubling to a bound, then bisection."
+    lo, hi = 0.0, 1.0
+    while not pred(hi) and hi < 1e300: hi *= 2
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if pred(mid) else (mid, hi)
+    return hi
+
 def knapsack(cost:torch.Tensor, nbytes:torch.Tensor, # (n, k) cost and bytes of each item's k choices
              budget:float) -> torch.Tensor: # (n,) the choice of each item
     "The choices of least summed cost whose summed bytes fit `budget`: a Lagrangian bisection, then a greedy fill."
@@ -205,12 +215,8 @@ def knapsack(cost:torch.Tensor, nbytes:torch.Tensor, # (n, k) cost and bytes of 
     if budget < (least := nbytes.min(1).values.sum().item()) - 1e-9:
         raise ValueError(f"a budget of {budget:.6g} B is below the {least:.6g} B the choices need at least")
     if _bytes(nbytes, free := _widths_at(cost, nbytes, 0.0)) <= budget: return free # the cheapest choices fit
-    lo, hi = 0.0, 1.0
-    while _bytes(nbytes, _widths_at(cost, nbytes, hi)) > budget: hi *= 2 # a price high enough to fit
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _bytes(nbytes, _widths_at(cost, nbytes, mid)) <= budget else (mid, hi)
-    return _fill(cost, nbytes, _widths_at(cost, nbytes, hi), budget)
+    price = smallest_true(lambda p: _bytes(nbytes, _widths_at(cost, nbytes, p)) <= budget) # the least that fits
+    return _fill(cost, nbytes, _widths_at(cost, nbytes, price), budget)
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001e
 def allocate(sens:Sensitivity, row_bytes:torch.Tensor, # (2, len(bits)) bytes per key row and value row, each width

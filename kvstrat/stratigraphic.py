@@ -180,12 +180,7 @@ def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer
     # less than their least, and the sum then passed `total` (a 2-layer `schedule=inverted` plan fell 3 % short)
     least, most, weights = least.double(), most.double(), weights.double()
     split = lambda lam: torch.minimum(torch.maximum(lam * weights, least), most) # nondecreasing in λ
-    lo, hi = 0.0, 1.0
-    while split(hi).sum() < total and hi < 1e300: hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if split(mid).sum() < total else (lo, mid)
-    return split(hi)
+    return split(smallest_true(lambda lam: split(lam).sum() >= total))
 
 @patch
 def choose(self:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, # (L·H_kv, k)
