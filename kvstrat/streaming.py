@@ -33,6 +33,9 @@ class StreamingState:
     def __init__(self, layer:CompressedLayer, heads:torch.Tensor, # (H_kv,) bool: which heads stream
                  params:StreamParams):
         self.layer, self.p, st = layer, params, layer.store
+        if len(st.movable()) != 1: # `fold_due` moves tier 0's rows alone, and leaves every other row where it is
+            raise ValueError("streaming heads need a store whose only movable tier is tier 0 (an ordered store, or "
+                             f"one of a single tier), got {len(st.movable())} movable tiers")
         dev = st.device
         self.heads = heads.to(dev)
         self.idx = heads.nonzero()[:, 0].to(dev) # (h,)
@@ -73,8 +76,7 @@ def fold_due(self:StreamingState):
     due = self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), st.seen) # (N0,)
     self.folded_for = st.seen
     if not due.any(): return
-    stay = [torch.full((x.n,), i, device=st.device) for i, x in enumerate(st.movable())] # deeper movable tiers: none
-    target = torch.cat([torch.where(due, len(st.tiers), 0), *stay[1:]])
+    target = torch.where(due, len(st.tiers), 0) # tier 0 is the only movable tier (checked in `__init__`)
     for heads, pos, k, v in st.move(target, fold=target == len(st.tiers)): self.absorb(heads, pos, k, v, st.seen)
 
 
