@@ -118,13 +118,14 @@ def view(self:CompressedLayer) -> LayerView:
 @patch
 def observe(self:CompressedLayer, view:LayerView, probs, keys): # (B*H_kv, q, T) or None, (B, H_kv, T, D) or None
     "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
-    slots = self.store.slot_index() if probs is not None or self.needs.keys else None
+    movable = self.store.movable() # the view's tiers
+    slots = self.store.slot_index(len(movable)) if probs is not None or self.needs.keys else None
     if self.needs.keys: view.keys = torch.cat([keys.flatten(0, 1)[h, slot] for h, slot in slots])
     if probs is None or (score := self.strategy.observe(view, torch.cat([probs[h, :, s] for h, s in slots]))) is None:
         return
     view.score = score
     if self.needs.scores:
-        for t, part in zip(self.store.tiers, score.split([t.n for t in self.store.tiers])): t.score = part.clone()
+        for t, part in zip(movable, score.split([t.n for t in movable])): t.score = part.clone()
 
 # %% ../nbs/07_cache.ipynb #55a4695b
 @patch

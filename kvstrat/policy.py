@@ -24,19 +24,18 @@ __all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 
 @dataclass(frozen=True)
 class Needs:
     "What a strategy asks of the cache."
-    attention: bool = False # `observe` receives the attention each row got from this chunk's queries
+    attention: bool = False # `observe` receives the attention each row of the view got from this chunk's queries
     keys: bool = False # the view carries the keys attention read (key norm, topic shifts)
-    scores: bool = False # the cache keeps one fp32 score per row from step to step
-    ordered: bool = False # rows only leave tier 0, oldest first, for a deeper tier they never leave: positions are
-                          # implied, and the view holds tier 0 alone
+    scores: bool = False # the cache keeps one fp32 score per row of the view from step to step
+    ordered: bool = False # a row leaves tier 0 newer than all its head holds deeper, for a tier it never leaves:
+                          # positions are implied, and the view (with its attention and scores) holds tier 0 alone
     one_way: bool = True # a row never rises to a shallower tier
     fp_dtype: torch.dtype|None = torch.float16 # tier 0's storage; None keeps the model's dtype
     exact: bool = False # every token stays as the model computed it: stored as transformers' `DynamicCache` stores it
 
     def __post_init__(self):
-        if self.ordered and (self.scores or self.attention or self.keys):
-            raise ValueError("an ordered strategy sees tier 0 alone, so it cannot keep scores or observe attention "
-                             "or keys over every row")
+        if self.ordered and self.keys:
+            raise ValueError("an ordered strategy sees tier 0 alone, so it cannot see the keys of every row")
 
 # %% ../nbs/06_policy.ipynb #ad8aad3c
 @dataclass

@@ -358,11 +358,12 @@ class LayerStore:
     "One layer's rows for every (batch, KV head), in tiers: tier 0 first, then each deeper tier."
     def __init__(self, specs:tuple[TierSpec, ...], # tier 0 first
                  B:int, H:int, D:int, dtype:torch.dtype, device,
-                 ordered:bool, # rows leave tier 0 oldest first and never move again: deeper positions are implied
-                 keep_score:bool): # one fp32 score per row
+                 ordered:bool, # a row leaves tier 0 newer than all its head holds deeper, for good: positions implied
+                 keep_score:bool): # one fp32 score per row (of tier 0 alone in an ordered store: its rows never move)
         self.specs, self.B, self.H, self.D, self.dtype, self.device = specs, B, H, D, dtype, device
         self.ordered = ordered
-        self.tiers = [TierStore(spec, B*H, D, keep_pos=(i == 0 or not ordered), keep_score=keep_score, device=device)
+        moves = lambda i: i == 0 or not ordered # a tier whose rows may still move keeps their positions (and scores)
+        self.tiers = [TierStore(spec, B*H, D, keep_pos=moves(i), keep_score=keep_score and moves(i), device=device)
                       for i, spec in enumerate(specs)]
         self.seen = 0 # tokens written so far: the next token's position
         self.padding_evicted = torch.zeros(B, dtype=torch.long, device=device) # leading padding tokens freed, per row
@@ -443,12 +444,13 @@ def dense(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone;
 
 # %% ../nbs/04_store.ipynb #5334d546
 @patch
-def slot_index(self:LayerStore) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def slot_index(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone; None: every tier
+              ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     "Each non-empty tier's `(heads, slots)`: where `dense` put its rows in the `(B*H_kv, T)` layout."
     counts = torch.stack([t.counts for t in self.tiers]).long() # (n_tiers, B*H)
     offset = torch.cumsum(counts, 0) - counts # first slot of each tier within each head
     return [(t.heads(), offset[i][t.heads()] + index_in_head(t.heads(), counts[i]))
-            for i, t in enumerate(self.tiers) if t.n]
+            for i, t in enumerate(self.tiers[:tiers]) if t.n]
 
 # %% ../nbs/04_store.ipynb #375a50b8
 def _split_by_dest(dest:torch.Tensor, # (n,) tier each row goes to
@@ -494,6 +496,18 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
     self.dropped = before + drops
+@patch
+def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
+    "Refuse, in an ordered store, a row bound deeper that is not newer than every row its head holds deeper already."
+    t0, n_tiers = self.tiers[0], len(self.tiers)
+    sinking = (target > 0) & (target < n_tiers)
+    if not sinking.any(): return
+    steps = torch.arange(self.seen, device=self.device)
+    newest_below = torch.where(self.below(), steps, -1).max(1).values # (B*H,) -1: nothing deeper yet
+    if (t0.pos[sinking].long() <= newest_below[t0.heads()[sinking]]).any():
+        raise ValueError("a row of an ordered store may sink only when it is newer than every row its head holds "
+                         "deeper: the deeper rows' positions are implied by their order")
+
 
 # %% ../nbs/04_store.ipynb #018f10f0
 @patch
@@ -507,7 +521,9 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
     sizes = [t.n for t in tiers]
     arrivals, folded = [[] for _ in self.tiers], []
     folds = fold.split(sizes) if fold is not None else [None] * len(tiers)
-    if self.ordered: self.count_dropped(target, padding)
+    if self.ordered: # what each head evicted, and the order its rows sank in, imply the deeper rows' positions
+        self.count_dropped(target, padding)
+        self.check_sinking_order(target)
     for i, (rows, folding) in enumerate(zip(target.split(sizes), folds)):
         leaving = rows != i
         if not leaving.any(): continue

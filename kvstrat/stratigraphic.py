@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from .core import *
 from .adapter import ModelSpec
-from .store import FP16, TierSpec
+from .store import FP16, TierSpec, index_in_head
 from .policy import *
 from .cache import *
 from .baselines import *
@@ -26,12 +26,12 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'load_model',
-           'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache',
-           'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register',
-           'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM',
-           'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily',
-           'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
+__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'anchored_sinking',
+           'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
+           'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
+           'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
+           'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
+           'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -89,8 +89,9 @@ class Stratigraphic(Strategy):
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
     rotate: bool = False # Hadamard-rotate keys and values before quantising
+    anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay at fp16 for good
 
-    def needs(self): return Needs(ordered=True)
+    def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
     @property
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     def tiers(self, head_dim:int):
@@ -132,10 +133,12 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
 @patch
 def fp16_held(self:Stratigraphic, head_dim:int) -> tuple[float, int]:
-    "Rows each head holds at fp16 at `length` (sinks, window, the old rows short of a whole key group), bytes per row."
+    "Rows each head holds at fp16 at `length` (sinks, window, anchors, old rows short of a whole run), bytes per row."
     old = max(self.length - self.sinks - self.residual, 0)
-    waiting = old % self.group if self.keys == 'channel' else 0 # per-token keys need no group to fill
-    return self.sinks + self.residual + waiting, 2 * 2 * head_dim + 4 # fp16 keys, values, int32 pos
+    run = (self.group if self.keys == 'channel' else 1) + self.anchors # per-token keys sink a row at a time
+    waiting, anchored = old % run, old // run * self.anchors
+    score = 4 if self.anchors else 0 # the fp32 attention each row of tier 0 has received
+    return self.sinks + self.residual + waiting + anchored, 2 * 2 * head_dim + 4 + score # fp16 keys, values, pos
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0015
 @patch
@@ -204,9 +207,10 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     D = spec.head_dim
     if not self.ratio >= 1:
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
-    if self.residual < 0 or self.sinks < 0 or self.group < 1 or (self.window is not None and self.window < 0):
-        raise ValueError(f"stratigraphic residual, sinks and window must be >= 0 and group >= 1, got "
-                         f"{self.residual}, {self.sinks}, {self.window}, {self.group}")
+    if (self.residual < 0 or self.sinks < 0 or self.anchors < 0 or self.group < 1
+            or (self.window is not None and self.window < 0)):
+        raise ValueError(f"stratigraphic residual, sinks, anchors and window must be >= 0 and group >= 1, got "
+                         f"{self.residual}, {self.sinks}, {self.anchors}, {self.window}, {self.group}")
     if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
         raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
                          f"head_dim {D}), got {self.keys!r}")
@@ -238,13 +242,38 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     shape = (spec.n_layers, spec.n_kv_heads)
     return PrecisionPlan(tier.view(shape), bits.masked_fill(evicts[:, None], 0).view(*shape, 2), planned, sens.source)
 
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0020
+def anchored_sinking(view:LayerView, # an ordered strategy's view, with the attention each row has received
+                     residual:int, sinks:int, # most recent and first tokens that stay
+                     unit:int, anchors:int) -> torch.Tensor: # rows that sink together per head; anchors per run
+    "(N,) bool: of each whole run of `unit + anchors` rows due to sink, per head and oldest first, all but the anchors."
+    BH, run = view.batch * view.n_kv_heads, unit + anchors
+    counts = torch.bincount(view.head, minlength=BH)
+    newer = counts[view.head] - 1 - index_in_head(view.head, counts) # tier 0 holds each head's rows in position order
+    # due: old, and newer than every row its head has sunk (no gap above it); an old row below a gap is an anchor
+    due = (view.pos >= sinks) & (view.pos < view.seen - residual) & (view.seen - 1 - view.pos == newer)
+    n_due = torch.bincount(view.head[due], minlength=BH)
+    j = torch.cumsum(due, 0) - 1 - (torch.cumsum(n_due, 0) - n_due)[view.head] # rank among its head's due rows
+    whole = due & (j < (n_due // run * run)[view.head])
+    block = (view.head * (view.seen // run + 1) + j // run)[whole] # one id per (head, run)
+    mean = h2o_scores(view.score, view.pos, view.seen, mean=True)[whole] # attention per query that could attend it
+    sink = whole.clone()
+    sink[whole] = rank_in_head(block, -mean) >= anchors # the `anchors` most attended of each run stay
+    return sink
+
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
 def provenance(self:Stratigraphic, plan:PrecisionPlan) -> str|None: return plan.source
 
 @patch
+def observe(self:Stratigraphic, view:LayerView, probs:torch.Tensor): # with anchors: rows of tier 0 gather attention
+    return accumulate_attention(view.score, probs)
+
+@patch
 def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds tier 0 alone (ordered)
-    sink = sinking_rows(view, self.residual, self.sinks, self.group if self.keys == 'channel' else None)
+    unit = self.group if self.keys == 'channel' else None
+    sink = (anchored_sinking(view, self.residual, self.sinks, unit or 1, self.anchors) if self.anchors else
+            sinking_rows(view, self.residual, self.sinks, unit))
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
         sink = torch.where(tier == view.evicted, sinking_rows(view, self.window, self.sinks, None), sink)
@@ -252,6 +281,7 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds
 
 @patch
 def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
+    if self.anchors: return 0 # every step's attention counts towards which rows stay
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     if self.window is not None and bool((tier == view.evicted).any()): return 0 # evicting heads drop a row a step
     return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None,

@@ -1,5 +1,5 @@
-"""Stratigraphic's invariants over random settings (hypothesis): rows only sink, sinks and the recent window stay
-exact, the byte target is met as `cache.nbytes()` measures it, and the calibrated allocation meets any target in
+"""Stratigraphic's invariants over random settings (hypothesis): rows only sink, sinks, the recent window and anchors
+stay exact, the byte target is met as `cache.nbytes()` measures it, and the calibrated allocation meets any target in
 range; with eviction, the evicting heads hold their sinks and window alone."""
 import warnings
 import torch
@@ -22,8 +22,17 @@ def _run(strategy, T:int, chunk:int, seed:int):
                             for h, p in zip(t.heads().tolist(), pos.tolist())})
     return cache, history
 
-# the default, and the ablation's settings: fixed layer shares without the 3-bit tier; per-row demotion, rotated
-SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2'), dict(schedule='uniform', keys='token', rotate=True)]
+# the default, and the ablation's settings: fixed layer shares without the 3-bit tier; per-row demotion, rotated;
+# anchors
+SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2'), dict(schedule='uniform', keys='token', rotate=True),
+            dict(anchors=2)]
+
+def _anchors(snapshot:dict, sinks:int) -> set:
+    "The rows past the sinks a snapshot holds at fp16 though a newer row of their head has sunk: the anchors."
+    newest_sunk = {}
+    for (l, h, p), tier in snapshot.items():
+        if tier > 0: newest_sunk[l, h] = max(newest_sunk.get((l, h), -1), p)
+    return {(l, h, p) for (l, h, p), tier in snapshot.items() if tier == 0 and sinks <= p < newest_sunk.get((l, h), -1)}
 
 @settings(max_examples=12, deadline=None)
 @given(frac=st.floats(0, 1), residual=st.integers(0, 12), sinks=st.integers(0, 4),
@@ -31,6 +40,7 @@ SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2'), dict(schedule='un
 @example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[0]) # the top: every head at 2 bits
 @example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[2])
 @example(frac=0.0, residual=12, sinks=4, chunk=16, seed=1, setting=SETTINGS[1]) # the bottom: every head at 8 bits
+@example(frac=1.0, residual=4, sinks=2, chunk=5, seed=3, setting=SETTINGS[3])
 def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, seed, setting):
     T = 160
     s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform', window=None,
@@ -41,9 +51,15 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
         for key, tier in before.items(): assert after[key] == tier or (tier == 0 and after[key] > 0), key # one way
+        for key in _anchors(before, sinks): assert after[key] == 0, key # an anchor is never demoted
     last = history[-1]
     for (l, h, p), tier in last.items():
         if p < sinks or p >= T - residual: assert tier == 0, (l, h, p) # sinks and the window stay fp16
+    sunk = {}
+    for (l, h, p), tier in last.items(): sunk[l, h] = sunk.get((l, h), 0) + (tier > 0)
+    for (l, h), n in sunk.items(): # each whole run sank `group` rows and kept its anchors; the last run's may sink yet
+        kept = sum(1 for (l2, h2, _) in _anchors(last, sinks) if (l2, h2) == (l, h))
+        assert (n // 8 - 1) * s.anchors <= kept <= n // 8 * s.anchors, (l, h, n, kept)
     assert len(last) == 2 * 2 * T # nothing is evicted
     allowed = {int(b) for b in s.widths.split('/')}
     assert set(cache.derived.widths.unique().tolist()) <= allowed, cache.derived.widths
