@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 from fastcore.basics import patch
 import torch
-from .store import FP16, TierSpec
-from .policy import Needs, Strategy, register
+from .store import FP16, TierSpec, index_in_head
+from .policy import Needs, Strategy, rank_in_head, register
 
 # %% auto #0
 __all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows', 'quiet_sinking']
@@ -87,15 +87,23 @@ def prepare(self:Kivi, spec):
 # %% ../nbs/08_baselines.ipynb #7474c9e6
 def sinking_rows(view, # an ordered strategy's view: tier 0 alone
                  residual:int, sinks:int, # most recent and first tokens that stay
-                 group:int|None) -> torch.Tensor: # rows that leave together per head (None: any number)
+                 group:int|None, # rows that leave together per head (None: any number)
+                 anchors:int=0, # of each run of `group + anchors` due rows, the most important stay in tier 0 for good
+                 importance:torch.Tensor|None=None) -> torch.Tensor: # (N,) with anchors: what ranks them
     "(N,) bool: each head's oldest rows past its first `sinks` and last `residual` tokens, in whole `group`s."
-    old = (view.pos < view.seen - residual) & (view.pos >= sinks)
-    n_old = torch.bincount(view.head[old], minlength=view.batch * view.n_kv_heads)
-    movable = n_old if group is None else n_old // group * group
-    # Tier 0 only ever receives new tokens, so each head's rows are in position order: an old row's rank among its
-    # head's old rows is their running count, less the old rows of the heads before it.
-    before = torch.cumsum(n_old, 0) - n_old
-    return old & (torch.cumsum(old, 0) <= (before + movable)[view.head])
+    BH, run = view.batch * view.n_kv_heads, (group or 1) + anchors
+    # Tier 0 only ever receives new tokens, so each head's rows are in position order. A row is due if it is old and
+    # newer than every row its head has sunk (no gap above it): an old row below a gap stayed there as an anchor.
+    counts = torch.bincount(view.head, minlength=BH)
+    newer = counts[view.head] - 1 - index_in_head(view.head, counts) # rows of its head after it
+    due = (view.pos < view.seen - residual) & (view.pos >= sinks) & (view.seen - 1 - view.pos == newer)
+    n_due = torch.bincount(view.head[due], minlength=BH)
+    rank = torch.cumsum(due, 0) - 1 - (torch.cumsum(n_due, 0) - n_due)[view.head] # among its head's due rows
+    sink = due & (rank < (n_due // run * run)[view.head]) # whole runs, oldest first
+    if anchors:
+        run_id = (view.head * (view.seen // run + 1) + rank // run)[sink] # one id per (head, run)
+        sink[sink.clone()] = rank_in_head(run_id, -importance[sink]) >= anchors
+    return sink
 
 # %% ../nbs/08_baselines.ipynb #b04e48ec
 def quiet_sinking(view, target:torch.Tensor, # (N,) where this step's plan sends each row of tier 0

@@ -496,6 +496,7 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
     self.dropped = before + drops
+
 @patch
 def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
     "Refuse, in an ordered store, a row bound deeper that is not newer than every row its head holds deeper already."
@@ -507,7 +508,6 @@ def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each 
     if (t0.pos[sinking].long() <= newest_below[t0.heads()[sinking]]).any():
         raise ValueError("a row of an ordered store may sink only when it is newer than every row its head holds "
                          "deeper: the deeper rows' positions are implied by their order")
-
 
 # %% ../nbs/04_store.ipynb #018f10f0
 @patch

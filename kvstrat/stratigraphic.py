@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from .core import *
 from .adapter import ModelSpec
-from .store import FP16, TierSpec, index_in_head
+from .store import FP16, TierSpec
 from .policy import *
 from .cache import *
 from .baselines import *
@@ -26,12 +26,12 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'anchored_sinking',
-           'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
-           'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
-           'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
-           'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
-           'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
+__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'load_model',
+           'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache',
+           'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register',
+           'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM',
+           'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily',
+           'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -242,25 +242,6 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     shape = (spec.n_layers, spec.n_kv_heads)
     return PrecisionPlan(tier.view(shape), bits.masked_fill(evicts[:, None], 0).view(*shape, 2), planned, sens.source)
 
-# %% ../nbs/11_stratigraphic.ipynb #6a1c0020
-def anchored_sinking(view:LayerView, # an ordered strategy's view, with the attention each row has received
-                     residual:int, sinks:int, # most recent and first tokens that stay
-                     unit:int, anchors:int) -> torch.Tensor: # rows that sink together per head; anchors per run
-    "(N,) bool: of each whole run of `unit + anchors` rows due to sink, per head and oldest first, all but the anchors."
-    BH, run = view.batch * view.n_kv_heads, unit + anchors
-    counts = torch.bincount(view.head, minlength=BH)
-    newer = counts[view.head] - 1 - index_in_head(view.head, counts) # tier 0 holds each head's rows in position order
-    # due: old, and newer than every row its head has sunk (no gap above it); an old row below a gap is an anchor
-    due = (view.pos >= sinks) & (view.pos < view.seen - residual) & (view.seen - 1 - view.pos == newer)
-    n_due = torch.bincount(view.head[due], minlength=BH)
-    j = torch.cumsum(due, 0) - 1 - (torch.cumsum(n_due, 0) - n_due)[view.head] # rank among its head's due rows
-    whole = due & (j < (n_due // run * run)[view.head])
-    block = (view.head * (view.seen // run + 1) + j // run)[whole] # one id per (head, run)
-    mean = h2o_scores(view.score, view.pos, view.seen, mean=True)[whole] # attention per query that could attend it
-    sink = whole.clone()
-    sink[whole] = rank_in_head(block, -mean) >= anchors # the `anchors` most attended of each run stay
-    return sink
-
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
 def provenance(self:Stratigraphic, plan:PrecisionPlan) -> str|None: return plan.source
@@ -271,9 +252,9 @@ def observe(self:Stratigraphic, view:LayerView, probs:torch.Tensor): # with anch
 
 @patch
 def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds tier 0 alone (ordered)
-    unit = self.group if self.keys == 'channel' else None
-    sink = (anchored_sinking(view, self.residual, self.sinks, unit or 1, self.anchors) if self.anchors else
-            sinking_rows(view, self.residual, self.sinks, unit))
+    importance = h2o_scores(view.score, view.pos, view.seen, mean=True) if self.anchors else None # per query
+    sink = sinking_rows(view, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
+                        self.anchors, importance)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
         sink = torch.where(tier == view.evicted, sinking_rows(view, self.window, self.sinks, None), sink)
