@@ -5,8 +5,9 @@ With every tensor quantised, single-tensor costs add within a layer but not acro
 `scripts/joint_costs.py`). This script scales each layer's width and eviction costs by `1 + a·(L - 1 - l)/(L - 1)`
 (a > 0: lower layers dearer; a < 0: upper layers dearer), plans at the ratio with each `a`, and measures each plan's
 joint KL on the calibration windows of `--windows` per text (4: the shipped 2 and 2 more; nothing from any evaluation
-window). The plans' bytes are equal to the byte (the ratio is planned), so the lowest KL is the better plan.
-    python scripts/depth_weighted.py 4 OUT_DIR      # ~5 minutes on 2 CPU cores; writes OUT_DIR/depth-a*.json
+window). Every plan holds the same bytes (the ratio is planned), so the lowest KL is the better plan on this text. The
+KL is teacher-forced: every token but the sinks at the plan's widths, no fp16 window.
+    python scripts/depth_weighted.py 4 OUT_DIR      # ~4 minutes on 2 CPU cores; writes OUT_DIR/depth-a*.json
 """
 import sys, json
 from pathlib import Path
