@@ -4,12 +4,13 @@ text only.
 With every tensor quantised, single-tensor costs add within a layer but not across layers (+21 %,
 `scripts/joint_costs.py`). This script scales each layer's width and eviction costs by `1 + a·(L - 1 - l)/(L - 1)`
 (a > 0: lower layers dearer; a < 0: upper layers dearer), plans at the ratio with each `a`, and measures each plan's
-joint KL on the calibration windows of `--windows` per text (4: the shipped 2 and 2 more; nothing from any evaluation
+joint KL on 4 calibration windows per text (the shipped 2 and 2 more; nothing from any evaluation
 window). Every plan holds the same bytes (the ratio is planned), so the lowest KL is the better plan on this text. The
 KL is teacher-forced: every token but the sinks at the plan's widths, no fp16 window.
     python scripts/depth_weighted.py 4 OUT_DIR      # ~4 minutes on 2 CPU cores; writes OUT_DIR/depth-a*.json
 """
 import sys, json
+from dataclasses import replace
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -32,10 +33,9 @@ def main(ratio:float, out:Path, windows_per_text:int=4):
     out.mkdir(parents=True, exist_ok=True)
     for a in SLOPES:
         weight = 1 + a * torch.arange(L - 1, -1, -1) / (L - 1) # (L,)
-        sens = make_strategy('stratigraphic').sensitivity(spec)
-        sens.cost = shipped.cost * weight[:, None, None, None]
-        if sens.evict is not None: sens.evict = shipped.evict * weight[:, None]
-        sens.source = f'{shipped.source}; each layer l scaled by 1 + {a}·(L - 1 - l)/(L - 1)'
+        sens = replace(shipped, cost=shipped.cost * weight[:, None, None, None],
+                       evict=None if shipped.evict is None else shipped.evict * weight[:, None],
+                       source=f'{shipped.source}; each layer l scaled by 1 + {a}·(L - 1 - l)/(L - 1)')
         path = out/f'depth-a{a:+.2f}.json'; sens.save(path)
         strategy = make_strategy(f'stratigraphic:ratio={ratio},calibration={path}')
         plan = strategy.prepare(spec)
