@@ -7,6 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/cache.html.md"""
 # %% ../nbs/07_cache.ipynb #c176e5da
 from __future__ import annotations
 import weakref
+from collections import Counter
 from contextlib import contextmanager
 from functools import partial
 from fastcore.basics import patch
@@ -270,6 +271,18 @@ def freeze(self:CompressedCache):
     "Stop compressing: tokens written from now on stay in tier 0 (for prefill-only comparisons)."
     for l in self.layers:
         if isinstance(l, CompressedLayer): l.frozen = True
+
+# %% ../nbs/07_cache.ipynb #8b7e0a06
+@patch
+def nbytes_by_part(self:CompressedCache) -> dict[tuple[str, str], int]:
+    "`nbytes()` by (format, part) over every layer: each tier's codes, scales and bookkeeping, exact layers, states."
+    out = Counter()
+    for l in (l for l in self.layers if l.is_initialized):
+        if not isinstance(l, CompressedLayer):
+            out.update({('exact', 'keys'): l.keys.nbytes, ('exact', 'values'): l.values.nbytes}); continue
+        out.update(l.store.nbytes_by_part())
+        if l.state is not None: out['state', type(l.state).__name__] += l.state.nbytes()
+    return dict(out)
 
 # %% ../nbs/07_cache.ipynb #1133c00d
 @patch

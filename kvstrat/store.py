@@ -7,6 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/store.html.md"""
 # %% ../nbs/04_store.ipynb #a069d8fb
 from __future__ import annotations
 import functools
+from collections import Counter
 from dataclasses import dataclass
 from fastcore.basics import patch
 import torch
@@ -17,7 +18,7 @@ from . import kernels
 # %% auto #0
 __all__ = ['FP16', 'EMPTY_SLOT', 'TierSpec', 'head_starts', 'index_in_head', 'Encoded', 'group_heads', 'rotation', 'encode_rows',
            'encode_pair', 'decode_rows', 'select_rows', 'interleave', 'merge_rows', 'fit_basis', 'lowrank_add',
-           'lowrank_decode', 'TierStore', 'LayerStore']
+           'lowrank_decode', 'TierStore', 'LayerStore', 'format_name']
 
 # %% ../nbs/04_store.ipynb #9e31e382
 @dataclass(frozen=True)
@@ -559,3 +560,31 @@ def crop(self:LayerStore, length:int):
     for t, pos in zip(self.tiers, self.positions()):
         if t.n: t.select(pos < length)
     self.seen = length
+
+# %% ../nbs/04_store.ipynb #8b7e0a02
+def format_name(spec:TierSpec) -> str:
+    "A tier's format in a few characters: 'fp16', 'K4 V2' (keys' and values' widths), 'rank 8'."
+    if spec.rank is not None: return f'rank {spec.rank}'
+    if spec.bits is None: return 'float' if spec.fp_dtype is None else str(spec.fp_dtype).removeprefix('torch.')
+    return f'K{spec.bits_of(True)} V{spec.bits_of(False)}'
+
+@patch
+def nbytes_by_part(self:TierStore) -> dict[str, int]:
+    "The tier's bytes by part: keys, values, each one's group parameters, and each kind of per-row bookkeeping."
+    if self.n == 0: return {}
+    params = lambda e: sum(t.nbytes for t in (e.scale, e.zero, e.group_sizes) if t is not None)
+    parts = {'keys': self.k.data.nbytes, 'key scales': params(self.k), 'values': self.v.data.nbytes,
+             'value scales': params(self.v), 'row counts': self.counts.nbytes}
+    parts |= {name: t.nbytes for name, t in (('positions', self.pos), ('scores', self.score)) if t is not None}
+    return {part: n for part, n in parts.items() if n} # a float tier has no group parameters
+
+# %% ../nbs/04_store.ipynb #8b7e0a03
+@patch
+def nbytes_by_part(self:LayerStore) -> dict[tuple[str, str], int]:
+    "`nbytes()` by (tier's format, part); the layer's own counters under 'layer'. The parts sum to `nbytes()`."
+    out = Counter()
+    for t in self.tiers:
+        for part, n in t.nbytes_by_part().items(): out[format_name(t.spec), part] += n
+    out['layer', 'freed padding'] = self.padding_evicted.nbytes
+    if self.dropped is not None: out['layer', 'evicted counts'] = self.dropped.nbytes
+    return dict(out)

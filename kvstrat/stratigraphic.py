@@ -26,12 +26,12 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'load_model',
-           'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache',
-           'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register',
-           'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM',
-           'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily',
-           'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
+__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'plan_part',
+           'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
+           'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
+           'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
+           'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
+           'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -45,8 +45,9 @@ _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', '
 @dataclass
 class PrecisionPlan:
     "What Stratigraphic derives for one model: the tier every (layer, KV head)'s rows sink into."
-    tier: torch.Tensor # (n_layers, n_kv_heads) 1 + key width index · 4 + value width index; 17 (no tier): evicts
-    widths: torch.Tensor # (n_layers, n_kv_heads, 2) bits of the head's keys and values (0: it evicts them)
+    tier: torch.Tensor # (n_layers, n_kv_heads) 1 + key width index · 4 + value width index; 17 (no tier): evicts;
+                       # 0: the head stays at fp16 (only in a `plan_part`)
+    widths: torch.Tensor # (n_layers, n_kv_heads, 2) bits of the head's keys and values (0: evicts; 16: fp16)
     planned: float # the compression the plan reaches at `length` tokens
     source: str # what calibration it came from
 
@@ -267,3 +268,30 @@ def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
     if self.window is not None and bool((tier == view.evicted).any()): return 0 # evicting heads drop a row a step
     return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
                          rows=tier > 0) # a head planned at fp16 never sinks
+
+# %% ../nbs/11_stratigraphic.ipynb #9c4d2e02
+def plan_part(plan:PrecisionPlan,
+              layers:tuple[int, int]|None=None, # (first, last): only these layers keep their formats; None: every one
+              zone:str='all', # 'evicting' or 'quantised': only those heads keep their plan
+              tensors:str='both', # 'keys' or 'values': only that tensor keeps its widths, the other gets 8 bits
+              bits:int|None=None, # only the tensors planned at `bits` keep them; the others get 8 bits
+             ) -> PrecisionPlan: # `planned` is nan: the part's bytes were not planned
+    "One part of `plan` alone: heads outside it at fp16 (tier 0: their rows never sink), tensors outside it at 8 bits."
+    n_layers, k = plan.tier.shape[0], len(FORMAT_BITS)
+    if (zone not in ('all', 'evicting', 'quantised') or tensors not in ('both', 'keys', 'values')
+            or bits not in (None, *FORMAT_BITS) or (layers is not None and not 0 <= layers[0] <= layers[1] < n_layers)):
+        raise ValueError(f"plan_part: zone must be all/evicting/quantised, tensors both/keys/values, bits one of "
+                         f"{FORMAT_BITS} or None, layers (first, last) within 0..{n_layers - 1}; got {zone!r}, "
+                         f"{tensors!r}, {bits}, {layers}")
+    evicts = plan.widths[..., 0] == 0 # (L, H_kv)
+    keep = {'all': torch.ones_like(evicts), 'evicting': evicts.clone(), 'quantised': ~evicts}[zone]
+    if layers is not None: keep[:layers[0]] = keep[layers[1] + 1:] = False
+    lift = torch.zeros_like(plan.widths, dtype=torch.bool) # (L, H_kv, 2) tensors raised to 8 bits
+    if tensors != 'both': lift[..., int(tensors == 'keys')] = True # keys alone: the values go to 8 bits
+    if bits is not None: lift |= plan.widths != bits
+    widths = torch.where(lift & ~evicts[..., None], FORMAT_BITS[0], plan.widths)
+    index = torch.zeros(max(FORMAT_BITS) + 1, dtype=torch.long); index[list(FORMAT_BITS)] = torch.arange(k)
+    tier = torch.where(evicts, plan.tier, 1 + index[widths[..., 0]] * k + index[widths[..., 1]])
+    part = f'layers {layers or "all"}, {zone} heads, {tensors}' + ('' if bits is None else f', {bits}-bit tensors')
+    return PrecisionPlan(tier.masked_fill(~keep, 0), widths.masked_fill(~keep[..., None], 16), math.nan,
+                         f'{plan.source}; only {part}')

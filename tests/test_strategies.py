@@ -66,6 +66,7 @@ def test_chunked_forward(name, layout):
     assert torch.isfinite(logits).all()
     assert cache.get_seq_length() == 64
     assert 0 < cache.nbytes()
+    assert sum(cache.nbytes_by_part().values()) == cache.nbytes(), "every byte held is counted in one part"
     if name == 'full': return
     if strategy.needs().fp_dtype is not None: # its exact tier is fp16: it must beat an fp16 cache
         assert cache.nbytes() < cache.fp16_nbytes(), "a compressing strategy must hold fewer bytes than fp16"
