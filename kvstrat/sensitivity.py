@@ -18,9 +18,9 @@ from .linear_attention import attention_override, causal_attention, model_shape
 from .calibration import calibration_windows
 
 # %% auto #0
-__all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'layer_costs', 'evicting_attention',
-           'eviction_costs', 'Sensitivity', 'load_sensitivity', 'measure_sensitivity', 'smallest_true', 'knapsack',
-           'allocate', 'calibration_set', 'main']
+__all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
+           'layer_costs', 'evicting_attention', 'eviction_costs', 'Sensitivity', 'load_sensitivity',
+           'measure_sensitivity', 'smallest_true', 'knapsack', 'allocate', 'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -82,11 +82,32 @@ def _kl(exact_logp:torch.Tensor, logits:torch.Tensor) -> torch.Tensor:
     logp = F.log_softmax(logits.float(), -1).view(-1, W, *logits.shape[1:]) # (C, W, S, V)
     return (exact_logp.exp() * (exact_logp - logp)).sum(-1).mean((1, 2))
 
+# %% ../nbs/11b_sensitivity.ipynb #b7c1e002
+def held_exact(T:int, sinks:int, residual:int, # the store's fp16 sinks and newest tokens
+               group:int|None) -> torch.Tensor: # (T, T) bool: token (column) read at fp16 by query (row), causal
+    "Which tokens each query reads at fp16 from an ordered store, whose rows sink past `residual` in whole `group`s."
+    t, p = torch.arange(T)[:, None], torch.arange(T)[None]
+    last = p if group is None else sinks + ((p - sinks).clamp(min=0) // group + 1) * group - 1 # its group's last token
+    return (p <= t) & ((p < sinks) | (last >= t - residual)) # rows sink after the step that makes their group old
+
+def mixed_attention(query, key, value, # (B, H_q, T, D), (B, H_kv, T, D) ×2: exact
+                    key_q, value_q, # (B, H_kv, T, D) ×2: requantised
+                    scaling:float, exact:torch.Tensor) -> torch.Tensor: # (T, T) bool, causal; -> (B, T, H_q, D)
+    "Causal attention that reads the tokens `exact` marks from `key`, `value` and the rest from `key_q`, `value_q`."
+    g = query.shape[1] // key.shape[1]
+    k, v, kq, vq = (x.repeat_interleave(g, 1).float() for x in (key, value, key_q, value_q))
+    q, causal = query.float(), torch.ones_like(exact).tril().bool()
+    scores = torch.where(exact, q @ k.transpose(-1, -2), q @ kq.transpose(-1, -2)) * scaling # (B, H_q, T, T)
+    p = scores.masked_fill(~causal, float('-inf')).softmax(-1)
+    return ((p * exact) @ v + (p * (causal & ~exact)) @ vq).to(query.dtype).transpose(1, 2)
+
 # %% ../nbs/11b_sensitivity.ipynb #a1000013
 @torch.no_grad()
 def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
                 layer_idx:int, family:FormatFamily, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
-                bits:tuple=FORMAT_BITS, sinks:int=4, per_pass:int=6) -> torch.Tensor: # variants per forward
+                bits:tuple=FORMAT_BITS, sinks:int=4, per_pass:int=6, # variants per forward
+                exact:torch.Tensor|None=None, # (T, T) `held_exact`: tokens read at fp16; None: the sinks alone
+               ) -> torch.Tensor:
     "(H_kv, 2, len(bits)) KL each tensor of each head of one layer costs alone at each width."
     spec = ModelSpec.of(model)
     variants, W, D = _variants(spec.n_kv_heads, bits), windows.shape[0], spec.head_dim
@@ -94,12 +115,13 @@ def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
     for c0 in range(0, len(variants), per_pass):
         part = variants[c0:c0 + per_pass]
         def attend(i, q, k, v, scaling):
-            if i == layer_idx:
-                k, v = k.clone(), v.clone()
-                for c, (h, kv, j) in enumerate(part):
-                    x, sl = (k, v)[kv], slice(c * W, (c + 1) * W)
-                    x[sl, h] = requantized(x[sl, h], family.spec(bits[j], bits[j], D), kv == 0, sinks)
-            return causal_attention(q, k, v, scaling)
+            if i != layer_idx: return causal_attention(q, k, v, scaling)
+            kq, vq = k.clone(), v.clone()
+            for c, (h, kv, j) in enumerate(part):
+                x, sl = (kq, vq)[kv], slice(c * W, (c + 1) * W)
+                x[sl, h] = requantized(x[sl, h], family.spec(bits[j], bits[j], D), kv == 0, sinks)
+            if exact is None: return causal_attention(q, kq, vq, scaling)
+            return mixed_attention(q, k, v, kq, vq, scaling, exact.to(q.device))
         with attention_override(model, attend), batch_repeated(model, layer_idx, len(part)):
             logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
         for (h, kv, j), kl in zip(part, _kl(exact_logp, logits).tolist()): cost[h, kv, j] = kl
@@ -169,6 +191,7 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
 def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, disjoint from evaluation text
                         family:FormatFamily=FormatFamily(), bits:tuple=FORMAT_BITS, sinks:int=4,
                         scored:int|None=None, # positions scored at the end of each window (None: the last half)
+                        residual:int|None=None, # newest tokens read at fp16, as the cache holds them; None: none
                         window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
                         evict_windows:torch.Tensor|None=None, # (W', T') ids eviction is measured on (None: `windows`)
                         widths:Sensitivity|None=None, # width costs measured before on these windows: kept as they are
@@ -181,9 +204,11 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
     if window is not None:
         evict_windows = windows if evict_windows is None else evict_windows.to(device)
         evict_exact = exact_on(evict_windows, scored or evict_windows.shape[1] // 2)
+    group = family.key_group if family.key_axis == 'channel' else None
+    held = None if residual is None else held_exact(windows.shape[1], sinks, residual, group)
     costs, evict = [], []
     for i in range(spec.n_layers):
-        if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks))
+        if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks, exact=held))
         if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks))
         if progress: progress(i, spec.n_layers)
     cost = widths.cost if widths is not None else torch.stack(costs)
@@ -263,19 +288,25 @@ def main(argv=None) -> int:
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',
                    help="keep the width costs in --out (measured on these windows) and measure eviction alone")
+    p.add_argument('--only-widths', action='store_true', help="keep the eviction costs in --out, measure widths alone")
+    p.add_argument('--residual', type=int, help="newest tokens (and the rest of their key group) each query reads at "
+                   "fp16 while the widths are measured, as stratigraphic's cache holds them; default: none")
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     if o.threads: torch.set_num_threads(o.threads)
     try:
-        widths = load_sensitivity(o.out) if o.only_eviction else None
+        if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
+        kept = load_sensitivity(o.out) if o.only_eviction or o.only_widths else None
         family = FormatFamily(key_group=o.group, rotate=o.rotate)
-        if widths is not None and widths.family != family:
-            raise ValueError(f"{o.out} was measured for {widths.family}, not {family}")
+        if kept is not None and kept.family != family:
+            raise ValueError(f"{o.out} was measured for {kept.family}, not {family}")
+        if o.only_widths and kept.evict is None: raise ValueError(f"{o.out} holds no eviction costs to keep")
         model, tok = load_model(o.model, o.device)
-        if widths is not None and widths.shape != model_shape(ModelSpec.of(model)):
-            raise ValueError(f"{o.out} was measured on a model of shape {widths.shape}, not {o.model}")
+        if kept is not None and kept.shape != model_shape(ModelSpec.of(model)):
+            raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)
-        evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if o.window else None
+        evicts = o.window and not o.only_widths
+        evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if evicts else None
     except (ValueError, OSError, NotImplementedError, KeyError) as e:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
     t0 = time.time()
@@ -283,13 +314,19 @@ def main(argv=None) -> int:
     source = (f"{o.model} on {', '.join(o.texts)}: {o.windows} windows of {o.length} tokens per text outside every "
               f"evaluation window, every other one ending in a {o.repeat}-token passage repeated from its start; "
               f"KL over the last {o.length // 2} positions")
-    if widths is not None and widths.source.split('; eviction')[0] != source:
-        print(f"kvstrat-calibrate: error: {o.out} was measured on other windows ({widths.source})", file=sys.stderr)
+    if o.residual is not None: source += (f", each reading its {o.residual} newest tokens and the rest of their key "
+                                          "group at fp16")
+    if o.only_eviction and kept.source.split('; eviction')[0] != source:
+        print(f"kvstrat-calibrate: error: {o.out} was measured on other windows ({kept.source})", file=sys.stderr)
         return 2
-    if o.window: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
-                            f"tokens per text, KL over the last {o.evict_length // 2}")
-    measure_sensitivity(model, windows, family, window=o.window or None,
-                        evict_windows=evict_windows, widths=widths, source=source, progress=report).save(o.out)
+    if evicts: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
+                          f"tokens per text, KL over the last {o.evict_length // 2}")
+    s = measure_sensitivity(model, windows, family, window=(o.window or None) if evicts else None,
+                            evict_windows=evict_windows, widths=kept if o.only_eviction else None,
+                            residual=o.residual, source=source, progress=report)
+    if o.only_widths: s.evict, s.window, s.source = kept.evict, kept.window, source + '; eviction' + \
+        kept.source.partition('; eviction')[2]
+    s.save(o.out)
     print(f'wrote {o.out}', file=sys.stderr)
     return 0
 
