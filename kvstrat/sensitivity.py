@@ -289,8 +289,9 @@ def main(argv=None) -> int:
     p.add_argument('--only-eviction', action='store_true',
                    help="keep the width costs in --out (measured on these windows) and measure eviction alone")
     p.add_argument('--only-widths', action='store_true', help="keep the eviction costs in --out, measure widths alone")
-    p.add_argument('--residual', type=int, help="newest tokens (and the rest of their key group) each query reads at "
-                   "fp16 while the widths are measured, as stratigraphic's cache holds them; default: none")
+    p.add_argument('--residual', type=lambda s: None if s == 'none' else int(s), default=12,
+                   help="newest tokens (stratigraphic:residual) each query reads at fp16, with the rest of their key "
+                   "group, while the widths are measured, as the cache holds them; 'none': only the sinks")
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     if o.threads: torch.set_num_threads(o.threads)
