@@ -318,15 +318,17 @@ def main(argv=None) -> int:
     if o.residual is not None: source += (f", each reading its {o.residual} newest tokens and the rest of their key "
                                           "group at fp16")
     if o.only_eviction and kept.source.split('; eviction')[0] != source:
-        print(f"kvstrat-calibrate: error: {o.out} was measured on other windows ({kept.source})", file=sys.stderr)
+        print(f"kvstrat-calibrate: error: {o.out}'s widths were measured otherwise ({kept.source}): give the same "
+              "--windows, --length, --repeat and --residual", file=sys.stderr)
         return 2
     if evicts: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
                           f"tokens per text, KL over the last {o.evict_length // 2}")
     s = measure_sensitivity(model, windows, family, window=(o.window or None) if evicts else None,
                             evict_windows=evict_windows, widths=kept if o.only_eviction else None,
                             residual=o.residual, source=source, progress=report)
-    if o.only_widths: s.evict, s.window, s.source = kept.evict, kept.window, source + '; eviction' + \
-        kept.source.partition('; eviction')[2]
+    if o.only_widths: # the eviction costs kept, and what they were measured on
+        s.evict, s.window = kept.evict, kept.window
+        s.source += '; eviction' + kept.source.partition('; eviction')[2]
     s.save(o.out)
     print(f'wrote {o.out}', file=sys.stderr)
     return 0

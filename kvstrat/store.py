@@ -563,7 +563,7 @@ def crop(self:LayerStore, length:int):
 
 # %% ../nbs/04_store.ipynb #8b7e0a02
 def format_name(spec:TierSpec) -> str:
-    "A tier's format in a few characters: 'fp16', 'K4 V2' (keys' and values' widths), 'rank 8'."
+    "A tier's format in a few characters: 'float16', 'K4 V2' (keys' and values' widths), 'rank 8'."
     if spec.rank is not None: return f'rank {spec.rank}'
     if spec.bits is None: return 'float' if spec.fp_dtype is None else str(spec.fp_dtype).removeprefix('torch.')
     return f'K{spec.bits_of(True)} V{spec.bits_of(False)}'
