@@ -9,7 +9,8 @@ the stored tensors at the length the plans are made for (protocol P's compressio
 
 `loss` runs each plan, then each part of it alone (`plan_part`: the heads outside the part at fp16, the tensors
 outside it at 8 bits), paired with FullKV on the same windows, as the strategy `stratigraphic-part`. Nothing is
-chosen from these rows: they attribute the shipped plans' loss.
+chosen from these rows: they attribute the shipped plans' loss. The committed results were made at 1d34118, with the
+widths shipped then (`nbs/results/stratigraphic/sensitivity-sinks-only.json`).
 """
 import sys, json
 from dataclasses import dataclass
