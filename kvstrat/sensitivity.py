@@ -167,10 +167,12 @@ class Sensitivity:
     source: str = '' # what it was measured on
     evict: torch.Tensor|None = None # (n_layers, n_kv_heads) KL of each head keeping only sinks and `window` newest
     window: int|None = None # the newest tokens an evicting head keeps, where `evict` was measured
+    residual: int|None = None # newest tokens each query read at fp16 while `cost` was measured; None: the sinks alone
 
     def save(self, path):
         d = dict(cost=self.cost.tolist(), bits=list(self.bits), family=asdict(self.family), shape=self.shape,
-                 source=self.source, window=self.window, evict=None if self.evict is None else self.evict.tolist())
+                 source=self.source, window=self.window, evict=None if self.evict is None else self.evict.tolist(),
+                 residual=self.residual)
         Path(path).write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
@@ -179,7 +181,7 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
     d = json.loads(Path(path).read_text())
     s = Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
                     None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
-                    None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'))
+                    None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'), d.get('residual'))
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
                          f"head_dim), but this model is {model_shape(spec)}: measure one with "
@@ -211,9 +213,9 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
         if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks, exact=held))
         if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks))
         if progress: progress(i, spec.n_layers)
-    cost = widths.cost if widths is not None else torch.stack(costs)
+    cost, residual = (widths.cost, widths.residual) if widths is not None else (torch.stack(costs), residual)
     return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
-                       torch.stack(evict) if evict else None, window)
+                       torch.stack(evict) if evict else None, window, residual)
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001d
 def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and bytes of each choice per tensor

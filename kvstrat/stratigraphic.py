@@ -120,15 +120,21 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
         s = load_sensitivity(found[0], spec)
+    name = self.calibration if self.calibration != 'auto' else f'auto ({found[0].name})'
     if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
-        raise ValueError(f"stratigraphic: calibration {self.calibration} was measured for {s.family} at widths "
+        raise ValueError(f"stratigraphic: calibration {name} was measured for {s.family} at widths "
                          f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS} (calibration=uniform "
                          "prices every head alike in any format)")
     if self.window is not None and (s.evict is None or s.window != self.window):
         measured = f'beyond {s.window} tokens' if s.evict is not None else 'not at all'
-        raise ValueError(f"stratigraphic: calibration {self.calibration} measured eviction {measured}: use "
+        raise ValueError(f"stratigraphic: calibration {name} measured eviction {measured}: use "
                          f"window={s.window if s.evict is not None else 'none'}, or measure it with "
                          f"`kvstrat-calibrate --only-eviction --window {self.window}`")
+    if s.residual != self.residual: # the knapsack would price tokens the cache keeps at fp16 as quantised, or back
+        read = 'the sinks alone' if s.residual is None else f'each query\'s {s.residual} newest tokens'
+        warnings.warn(f"stratigraphic: calibration {name} measured the widths with {read} at fp16, but this "
+                      f"plan keeps residual={self.residual}: measure with `kvstrat-calibrate --residual "
+                      f"{self.residual}`", stacklevel=3)
     return s
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
