@@ -5,13 +5,13 @@ width (every other tensor exact, each query's sinks and `residual` newest tokens
 them: the 320-token windows the widths were priced on) and of its evicting heads together (every other head exact:
 the 1,024-token windows eviction was priced on), against the sum of their single costs. A factor well above 1 means
 the knapsack under-prices that choice when the plan makes it many times. Each width's tensors are measured jointly on
-the 1,024-token windows too (`joint_1024`): the cost of a width grows with the quantised tokens a query reads, as
-eviction's does with what lies past the window, and the widths were priced on 320-token windows.
-The whole plan (every width and the evicting heads together) is measured on the 1,024-token windows too, against
-the sum of all its single costs (`whole_plan_1024`, `predicted`).
+the 1,024-token windows too (`joint_1024`), to see whether a width costs more where a query reads more quantised
+tokens, as eviction does with more past its window (the widths were priced on 320-token windows). The whole plan
+(every width and the evicting heads together) is measured on the 1,024-token windows too, against the sum of all
+its single costs (`whole_plan_1024`, `predicted`).
     python scripts/joint_factors.py 6 8 [--calibration FILE]     # about two minutes per ratio on 2 CPU cores
 """
-import json, sys
+import json, os, sys
 import torch
 import torch.nn.functional as F
 from kvstrat.core import load_model
@@ -22,7 +22,7 @@ from kvstrat.linear_attention import attention_override, causal_attention
 from kvstrat.policy import make_strategy
 
 def plan_attention(q, k, v, kq, vq, s, held, evicting:list[int], sinks:int, window:int):
-    "Causal attention reading `held` tokens exact and the rest requantised; the `evicting` KV heads see sinks and window."
+    "Causal attention reading `held` tokens exact, the rest requantised; `evicting` KV heads see sinks and window."
     g, T = q.shape[1] // k.shape[1], q.shape[2]
     k, v, kq, vq = (x.repeat_interleave(g, 1).float() for x in (k, v, kq, vq))
     t, p = torch.arange(T)[:, None], torch.arange(T)[None]
@@ -59,7 +59,8 @@ def main(ratios:list[float], window:int=64, calibration:str='auto'):
             if not heads: return causal_attention(q, k, v, s)
             return evicting_attention(q, k, v, s, [(slice(None), h) for h in heads], strategy.sinks, window)
         with attention_override(model, attend_evicting):
-            evict_joint = _kl(exact_long, model(long, use_cache=False, logits_to_keep=exact_long.shape[1]).logits).item()
+            logits = model(long, use_cache=False, logits_to_keep=exact_long.shape[1]).logits
+        evict_joint = _kl(exact_long, logits).item()
         index = torch.tensor([FORMAT_BITS.index(int(b)) if b in FORMAT_BITS else 0 for b in plan.widths.flatten()])
         single = sens.cost.flatten(0, 2).gather(1, index[:, None]).view(plan.widths.shape) # (L, H, 2) priced alone
         held_long = held_exact(long.shape[1], strategy.sinks, strategy.residual, strategy.group)
@@ -88,6 +89,6 @@ def main(ratios:list[float], window:int=64, calibration:str='auto'):
         print(json.dumps(rows), flush=True)
 
 if __name__ == '__main__':
-    torch.set_num_threads(int(__import__('os').environ.get('THREADS', 2)))
+    torch.set_num_threads(int(os.environ.get('THREADS', 2))) # THREADS=1 beside other work
     calibration = sys.argv[sys.argv.index('--calibration') + 1] if '--calibration' in sys.argv else 'auto'
     main([float(r) for r in sys.argv[1:] if r.replace('.', '').isdigit()], calibration=calibration)
