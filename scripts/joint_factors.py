@@ -43,14 +43,15 @@ def main(ratios:list[float], window:int=64, calibration:str='auto'):
     for ratio in ratios:
         strategy = make_strategy(f'stratigraphic:ratio={ratio},window={window},calibration={calibration}')
         plan, sens = strategy.prepare(spec), strategy.sensitivity(spec)
-        def widths_kl(chosen, windows, exact): # (L, H, 2) bool: these tensors at their planned widths, the rest exact
+        def at_plan(i, k, v, chosen): # layer i's keys and values, `chosen` (L, H, 2) tensors at their widths
+            kq, vq = k.clone(), v.clone()
+            for h, kv in chosen[i].nonzero().tolist():
+                b, x = int(plan.widths[i, h, kv]), (kq, vq)[kv]
+                x[:, h] = requantized(x[:, h], strategy.family.spec(b, b, spec.head_dim), kv == 0, strategy.sinks)
+            return kq, vq
+        def widths_kl(chosen, windows, exact): # these tensors at their planned widths, the rest exact
             held = held_exact(windows.shape[1], strategy.sinks, strategy.residual, strategy.group)
-            def attend(i, q, k, v, s):
-                kq, vq = k.clone(), v.clone()
-                for h, kv in chosen[i].nonzero().tolist():
-                    b, x = int(plan.widths[i, h, kv]), (kq, vq)[kv]
-                    x[:, h] = requantized(x[:, h], strategy.family.spec(b, b, spec.head_dim), kv == 0, strategy.sinks)
-                return mixed_attention(q, k, v, kq, vq, s, held)
+            attend = lambda i, q, k, v, s: mixed_attention(q, k, v, *at_plan(i, k, v, chosen), s, held)
             with attention_override(model, attend):
                 return _kl(exact, model(windows, use_cache=False, logits_to_keep=exact.shape[1]).logits).item()
         evicts = plan.widths[..., 0] == 0 # (L, H)
@@ -65,12 +66,8 @@ def main(ratios:list[float], window:int=64, calibration:str='auto'):
         single = sens.cost.flatten(0, 2).gather(1, index[:, None]).view(plan.widths.shape) # (L, H, 2) priced alone
         held_long = held_exact(long.shape[1], strategy.sinks, strategy.residual, strategy.group)
         def attend_plan(i, q, k, v, s): # the whole plan: every tensor at its width, the evicting heads evicting
-            kq, vq = k.clone(), v.clone()
-            for h, kv in (plan.widths[i] > 0).nonzero().tolist():
-                b, x = int(plan.widths[i, h, kv]), (kq, vq)[kv]
-                x[:, h] = requantized(x[:, h], strategy.family.spec(b, b, spec.head_dim), kv == 0, strategy.sinks)
-            return plan_attention(q, k, v, kq, vq, s, held_long, evicts[i].nonzero().flatten().tolist(),
-                                  strategy.sinks, window)
+            return plan_attention(q, k, v, *at_plan(i, k, v, plan.widths > 0), s, held_long,
+                                  evicts[i].nonzero().flatten().tolist(), strategy.sinks, window)
         with attention_override(model, attend_plan):
             whole = _kl(exact_long, model(long, use_cache=False, logits_to_keep=exact_long.shape[1]).logits).item()
         rows = dict(ratio=ratio, window=window, calibration=calibration, planned=round(plan.planned, 3),
