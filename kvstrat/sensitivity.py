@@ -284,7 +284,8 @@ def main(argv=None) -> int:
     p.add_argument('--windows', type=int, default=2, help='windows per text, every other one with a passage to copy')
     p.add_argument('--length', type=int, default=320); p.add_argument('--repeat', type=int, default=128)
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
-    p.add_argument('--rotate', action='store_true', help='Hadamard-rotated formats (stratigraphic:rotate=true)')
+    p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
+                   help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
     p.add_argument('--window', type=int, default=64, help='newest tokens an evicting head keeps (0: no eviction)')
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')

@@ -89,7 +89,7 @@ class Stratigraphic(Strategy):
     widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
-    rotate: bool = False # Hadamard-rotate keys and values before quantising
+    rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay at fp16 for good
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)

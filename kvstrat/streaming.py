@@ -445,10 +445,12 @@ class Hybrid(Streaming):
     ratio: float = 3.0 # stratigraphic's target compression for the retrieval heads
     residual: int = 12 # stratigraphic's fp16 recent window
     group: int = 32 # stratigraphic's key group: its shipped calibration is for groups of 32
+    rotate: bool = False # stratigraphic's Hadamard rotation: hybrid's rows were measured without it
 
     @property
     def inner(self) -> Strategy: # looked up by name: stratigraphic's module builds on this one
-        return STRATEGIES['stratigraphic'](ratio=self.ratio, residual=self.residual, group=self.group)
+        return STRATEGIES['stratigraphic'](ratio=self.ratio, residual=self.residual, group=self.group,
+                                           rotate=self.rotate)
     @classmethod
     def example(cls): return cls(fraction=0.5, pattern='index', window=8, ratio=2.5, residual=8, group=16)
     def needs(self): return self.inner.needs()

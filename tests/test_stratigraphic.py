@@ -22,9 +22,9 @@ def _run(strategy, T:int, chunk:int, seed:int):
                             for h, p in zip(t.heads().tolist(), pos.tolist())})
     return cache, history
 
-# the default, and the ablation's settings: fixed layer shares without the 3-bit tier; per-row demotion, rotated;
-# anchors
-SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2'), dict(schedule='uniform', keys='token', rotate=True),
+# the default (rotated), and the ablation's settings: unrotated, fixed layer shares without the 3-bit tier; per-row
+# demotion; anchors
+SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2', rotate=False), dict(schedule='uniform', keys='token'),
             dict(anchors=2)]
 
 def _anchors(snapshot:dict, sinks:int) -> set:
