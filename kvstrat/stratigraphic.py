@@ -26,8 +26,8 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['PrecisionPlan', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'plan_part',
-           'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
+__all__ = ['PrecisionPlan', 'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets',
+           'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
            'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
            'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
            'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
@@ -47,9 +47,20 @@ class PrecisionPlan:
     "What Stratigraphic derives for one model: the tier every (layer, KV head)'s rows sink into."
     tier: torch.Tensor # (n_layers, n_kv_heads) 1 + key width index · 4 + value width index; 17 (no tier): evicts;
                        # 0: the head stays at fp16 (only in a `plan_part`)
-    widths: torch.Tensor # (n_layers, n_kv_heads, 2) bits of the head's keys and values (0: evicts; 16: fp16)
     planned: float # the compression the plan reaches at `length` tokens
     source: str # what calibration it came from
+
+    @property
+    def widths(self) -> torch.Tensor: # (n_layers, n_kv_heads, 2) bits of each head's keys and values (0: evicts)
+        k = len(FORMAT_BITS)
+        bits = torch.tensor(FORMAT_BITS)[torch.stack([(self.tier - 1) // k, (self.tier - 1) % k], -1).clamp(0, k - 1)]
+        return bits.masked_fill((self.tier == 0)[..., None], 16).masked_fill((self.tier == 1 + k * k)[..., None], 0)
+
+def quantised_tier(widths:torch.Tensor) -> torch.Tensor: # (..., 2) bits of keys and values, each in FORMAT_BITS
+    "(...) the tier that stores keys and values at `widths`: `PrecisionPlan.widths` read back."
+    k, index = len(FORMAT_BITS), torch.zeros(max(FORMAT_BITS) + 1, dtype=torch.long)
+    index[list(FORMAT_BITS)] = torch.arange(k)
+    return 1 + index[widths[..., 0]] * k + index[widths[..., 1]]
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0003
 def uniform_sensitivity(spec:ModelSpec, family:FormatFamily,
@@ -242,12 +253,9 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
                                       f"everywhere reach ({lo:.2f}x): every head is stored at them", stacklevel=2)
     choice = self.choose(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo), spec.n_layers)
     planned = len(cost) * fp16 / nbytes.gather(1, choice[:, None]).sum().item()
-    k = len(FORMAT_BITS)
-    tier = torch.full((len(planned_heads),), 1 + k * k).masked_scatter(planned_heads, self.choice_tiers()[choice])
-    evicts = tier == 1 + k * k
-    bits = torch.tensor(FORMAT_BITS)[torch.stack([(tier - 1) // k, (tier - 1) % k], -1).clamp(max=k - 1)]
-    shape = (spec.n_layers, spec.n_kv_heads)
-    return PrecisionPlan(tier.view(shape), bits.masked_fill(evicts[:, None], 0).view(*shape, 2), planned, sens.source)
+    evicted = 1 + len(FORMAT_BITS) ** 2 # the heads the plan leaves out have no tier (only hybrid's streaming heads)
+    tier = torch.full((len(planned_heads),), evicted).masked_scatter(planned_heads, self.choice_tiers()[choice])
+    return PrecisionPlan(tier.view(spec.n_layers, spec.n_kv_heads), planned, sens.source)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
@@ -283,7 +291,7 @@ def plan_part(plan:PrecisionPlan,
               bits:int|None=None, # only the tensors planned at `bits` keep them; the others get 8 bits
              ) -> PrecisionPlan: # `planned` is nan: the part's bytes were not planned
     "One part of `plan` alone: heads outside it at fp16 (tier 0: their rows never sink), tensors outside it at 8 bits."
-    n_layers, k = plan.tier.shape[0], len(FORMAT_BITS)
+    n_layers = plan.tier.shape[0]
     if (zone not in ('all', 'evicting', 'quantised') or tensors not in ('both', 'keys', 'values')
             or bits not in (None, *FORMAT_BITS) or (layers is not None and not 0 <= layers[0] <= layers[1] < n_layers)):
         raise ValueError(f"plan_part: zone must be all/evicting/quantised, tensors both/keys/values, bits one of "
@@ -296,8 +304,6 @@ def plan_part(plan:PrecisionPlan,
     if tensors != 'both': lift[..., int(tensors == 'keys')] = True # keys alone: the values go to 8 bits
     if bits is not None: lift |= plan.widths != bits
     widths = torch.where(lift & ~evicts[..., None], FORMAT_BITS[0], plan.widths)
-    index = torch.zeros(max(FORMAT_BITS) + 1, dtype=torch.long); index[list(FORMAT_BITS)] = torch.arange(k)
-    tier = torch.where(evicts, plan.tier, 1 + index[widths[..., 0]] * k + index[widths[..., 1]])
+    tier = torch.where(evicts, plan.tier, quantised_tier(widths))
     part = f'layers {layers or "all"}, {zone} heads, {tensors}' + ('' if bits is None else f', {bits}-bit tensors')
-    return PrecisionPlan(tier.masked_fill(~keep, 0), widths.masked_fill(~keep[..., None], 16), math.nan,
-                         f'{plan.source}; only {part}')
+    return PrecisionPlan(tier.masked_fill(~keep, 0), math.nan, f'{plan.source}; only {part}')
