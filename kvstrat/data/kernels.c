@@ -381,14 +381,15 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
    output, where a row sees nothing). A segment with a position array masks row t for query row m when
    pos[t] > qpos[m % nq]. The segments run on `threads` OpenMP threads, each with its own softmax maximum, sum and
    unnormalised values, merged into its head's running ones as split-K attention merges its splits: the scratch is
-   one segment's per thread, whatever the number of heads. */
+   one segment's per thread, whatever the number of heads. The merges run in segment order (an ordered region):
+   merged in the order threads finished, float rounding made two runs of the same tokens differ. */
 void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
                 const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D, int threads) {
     memset(out, 0, sizeof(float) * BH * M * D);
     if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
     float *top = malloc(sizeof(float) * BH * M * 2), *total = top + (size_t)BH * M; /* per head and query row */
     for (size_t r = 0; r < (size_t)BH * M; r++) { top[r] = -INFINITY; total[r] = 0.f; }
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    #pragma omp parallel for ordered schedule(dynamic, 1) num_threads(threads)
     for (int i = 0; i < S; i++) {
         const int64_t *s = desc + i * N_FIELDS;
         int n = (int)s[F_N];
@@ -406,7 +407,7 @@ void layer_read(const float *q, const float *qr, const int64_t *desc, int S, con
         }
         memset(acc, 0, sizeof(float) * M * D);
         segment_values(s, sc, M, D, lut, acc);
-        #pragma omp critical(layer_read_merge)
+        #pragma omp ordered
         for (int m = 0; m < M; m++) { /* the head's running share and this one's, at their joint maximum */
             size_t r = (size_t)s[F_HEAD] * M + m;
             if (mx[m] == -INFINITY) continue;
