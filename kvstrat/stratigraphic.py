@@ -51,7 +51,7 @@ class PrecisionPlan:
     source: str # what calibration it came from
 
     @property
-    def widths(self) -> torch.Tensor: # (n_layers, n_kv_heads, 2) bits of each head's keys and values (0: evicts)
+    def widths(self) -> torch.Tensor: # (n_layers, n_kv_heads, 2) bits of each head's keys, values (0: evicts; 16: fp16)
         k = len(FORMAT_BITS)
         bits = torch.tensor(FORMAT_BITS)[torch.stack([(self.tier - 1) // k, (self.tier - 1) % k], -1).clamp(0, k - 1)]
         return bits.masked_fill((self.tier == 0)[..., None], 16).masked_fill((self.tier == 1 + k * k)[..., None], 0)
@@ -232,6 +232,8 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
         raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
                          f"head_dim {D}), got {self.keys!r}")
+    if self.rotate and D & (D - 1):
+        raise ValueError(f"stratigraphic rotate=True needs a power-of-2 head_dim, not {D}: use rotate=false")
     if self.schedule != 'calibrated' and self.schedule not in SCHEDULES:
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
     if heads is not None and self.schedule != 'calibrated':
