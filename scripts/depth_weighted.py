@@ -37,7 +37,7 @@ def main(ratio:float, out:Path, windows_per_text:int=4):
                        evict=None if shipped.evict is None else shipped.evict * weight[:, None],
                        source=f'{shipped.source}; each layer l scaled by 1 + {a}·(L - 1 - l)/(L - 1)')
         path = out/f'depth-a{a:+.2f}.json'; sens.save(path)
-        strategy = make_strategy(f'stratigraphic:ratio={ratio},calibration={path}')
+        strategy = make_strategy(f'stratigraphic:ratio={ratio},rotate=false,calibration={path}')
         plan = strategy.prepare(spec)
         def attend(i, q, k, v, s):
             k, v = k.clone(), v.clone()
