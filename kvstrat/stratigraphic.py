@@ -87,8 +87,8 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
 @dataclass
 class Stratigraphic(Strategy):
     ("Calibrated per-head precision: each (layer, KV head)'s keys and values sink one way, in whole key groups, "
-     "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio; with `window`, "
-     "eviction beyond it is one more choice per head, the deepest zone.")
+     "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio; eviction "
+     "beyond `window` tokens is one more choice per head, the deepest zone.")
     name: ClassVar[str] = 'stratigraphic'
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
     calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
@@ -96,7 +96,7 @@ class Stratigraphic(Strategy):
     residual: int = 12 # most recent tokens kept at fp16 (and up to `group - 1` more, until a whole group can sink)
     sinks: int = 4 # first tokens kept at fp16
     group: int = 32 # tokens per per-channel key group: rows sink in whole groups; channels per group with keys='token'
-    window: int|None = None # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
+    window: int|None = 64 # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
     widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
@@ -249,8 +249,8 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     lo, hi = fp16 / nbytes.max(1).values.mean().item(), fp16 / nbytes.min(1).values.mean().item()
     if self.ratio > hi + 1e-9:
         raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
-                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio, or "
-                         f"eviction: window=64)")
+                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio"
+                         f"{'' if self.window is not None else ', or eviction: window=64'})")
     if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what {self.bit_widths()[0]} bits "
                                       f"everywhere reach ({lo:.2f}x): every head is stored at them", stacklevel=2)
     choice = self.choose(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo), spec.n_layers)

@@ -29,7 +29,7 @@ def main(ratio:float, out:Path, windows_per_text:int=4):
     L, H, D = spec.n_layers, spec.n_kv_heads, spec.head_dim
     windows = calibration_set(tok, ['wikitext2', 'austen'], windows_per_text, 320, 128)
     exact = F.log_softmax(model(windows, use_cache=False, logits_to_keep=SCORED).logits.float(), -1)
-    shipped = make_strategy('stratigraphic').sensitivity(spec)
+    shipped = make_strategy('stratigraphic:rotate=false').sensitivity(spec)
     out.mkdir(parents=True, exist_ok=True)
     for a in SLOPES:
         weight = 1 + a * torch.arange(L - 1, -1, -1) / (L - 1) # (L,)
@@ -37,7 +37,7 @@ def main(ratio:float, out:Path, windows_per_text:int=4):
                        evict=None if shipped.evict is None else shipped.evict * weight[:, None],
                        source=f'{shipped.source}; each layer l scaled by 1 + {a}·(L - 1 - l)/(L - 1)')
         path = out/f'depth-a{a:+.2f}.json'; sens.save(path)
-        strategy = make_strategy(f'stratigraphic:ratio={ratio},rotate=false,calibration={path}')
+        strategy = make_strategy(f'stratigraphic:ratio={ratio},window=none,rotate=false,calibration={path}')
         plan = strategy.prepare(spec)
         def attend(i, q, k, v, s):
             k, v = k.clone(), v.clone()

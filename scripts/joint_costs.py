@@ -24,7 +24,7 @@ def main(ratio:float):
     spec = ModelSpec.of(model)
     L, H, D = spec.n_layers, spec.n_kv_heads, spec.head_dim
     windows = calibration_set(tok, ['wikitext2', 'austen'], 2, 320, 128) # the shipped calibration's windows
-    strategy = make_strategy(f'stratigraphic:ratio={ratio},rotate=false')
+    strategy = make_strategy(f'stratigraphic:ratio={ratio},window=none,rotate=false')
     plan, single = strategy.prepare(spec), strategy.sensitivity(spec).cost # (L, H, 2, widths): priced alone
     width = torch.tensor([[[FORMAT_BITS.index(int(b)) for b in head] for head in layer] for layer in plan.widths])
     at = lambda x, kv, j: requantized(x, strategy.family.spec(FORMAT_BITS[j], FORMAT_BITS[j], D), kv == 0, SINKS)

@@ -27,7 +27,7 @@ def main(ratio:float, windows_per_text:int=4, length:int=320, residual:int|None=
     L, H, D = spec.n_layers, spec.n_kv_heads, spec.head_dim
     windows, scored = calibration_set(tok, ['wikitext2', 'austen'], windows_per_text, length, 128), length // 2
     exact = F.log_softmax(model(windows, use_cache=False, logits_to_keep=scored).logits.float(), -1)
-    strategy = make_strategy(f'stratigraphic:ratio={ratio},rotate=false,calibration={calibration}')
+    strategy = make_strategy(f'stratigraphic:ratio={ratio},window=none,rotate=false,calibration={calibration}')
     plan, sens = strategy.prepare(spec), strategy.sensitivity(spec)
     held = None if residual is None else held_exact(length, SINKS, residual, strategy.group)
     width = torch.tensor([[[FORMAT_BITS.index(int(b)) for b in head] for head in layer] for layer in plan.widths])
