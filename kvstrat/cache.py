@@ -151,6 +151,7 @@ def place(self:CompressedLayer, probs, keys, padding): # padding (B, seen) bool 
     if torch.equal(target, view.tier): return # most decode steps: every row stays where it is
     try: self.store.move(target, padding=is_pad)
     except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
+    if (most := self.strategy.most_below(view, target)) is not None: self.store.keep_newest_below(most)
 
 # %% ../nbs/07_cache.ipynb #ac544f41
 @patch

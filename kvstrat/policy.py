@@ -99,6 +99,8 @@ class Strategy:
     def assign(self, view:LayerView) -> torch.Tensor|None: return None # (N,) target tier, or None: no change
     def quiet_steps(self, view:LayerView, target:torch.Tensor, # (N,) where this step's `assign` sent each row
                    ) -> int: return 0 # decode steps after this one in which `assign` is sure to move no row
+    def most_below(self, view:LayerView, target:torch.Tensor, # (N,) where this step's `assign` sent each row
+                  ) -> torch.Tensor|None: return None # (B*H_kv,) rows each head keeps below tier 0 (ordered); None: all
     def head_state(self, layer, derived) -> HeadState|None: return None # memory for tokens some heads evict
     def adapted(self, model, derived): return nullcontext() # scope of model changes it needs (calibrated adapters)
     def provenance(self, derived) -> str|None: return None # what saved data (calibration, profile) it uses

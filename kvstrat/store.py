@@ -485,7 +485,7 @@ def leave(self:LayerStore, i:int, leaving:torch.Tensor) -> tuple: # (N_i,) bool 
 @patch
 def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 row goes to
                   padding:torch.Tensor|None): # (N,) bool: padding rows, not counted here
-    "Count the rows each head of an ordered store evicts: a head evicts or sinks, never both, so these are its oldest."
+    "Count the rows each head of an ordered store evicts from tier 0: a head that does holds nothing deeper."
     t0, BH, n_tiers = self.tiers[0], self.B * self.H, len(self.tiers)
     gone = target == n_tiers if padding is None else (target == n_tiers) & ~padding
     if self.dropped is None and not gone.any(): return
@@ -493,7 +493,7 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
     sinking = torch.bincount(t0.heads()[(target > 0) & (target < n_tiers)], minlength=BH)
     sinking += torch.stack([t.counts for t in self.tiers[1:]]).sum(0) # rows each head sinks or holds deeper already
     before = self.dropped if self.dropped is not None else torch.zeros_like(drops)
-    if ((drops + before > 0) & (sinking > 0)).any():
+    if ((drops > 0) & (sinking > 0)).any(): # what it evicted before is older than what sinks now (sinking order)
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
     self.dropped = before + drops
@@ -560,6 +560,21 @@ def crop(self:LayerStore, length:int):
     for t, pos in zip(self.tiers, self.positions()):
         if t.n: t.select(pos < length)
     self.seen = length
+
+# %% ../nbs/04_store.ipynb #c7e1a001
+@patch
+@torch.no_grad()
+def keep_newest_below(self:LayerStore, most:torch.Tensor): # (B*H,) rows each head may hold below tier 0
+    "Evict, in an ordered store, each head's oldest rows below tier 0 past its newest `most`; `dropped` counts them."
+    if not self.ordered: raise ValueError("keep_newest_below: only an ordered store knows its deeper rows' order")
+    excess = (torch.stack([t.counts for t in self.tiers[1:]]).sum(0) - most).clamp(min=0).long() # (B*H,)
+    if not excess.any(): return
+    self.dropped = excess if self.dropped is None else self.dropped + excess # its oldest: first in `positions`
+    for t in reversed(self.tiers[1:]): # a head's deepest tier holds its oldest rows
+        take = torch.minimum(excess, t.counts.long())
+        if take.any(): t.select(index_in_head(t.heads(), t.counts.long()) >= take[t.heads()]) # each head's first
+        excess = excess - take
+
 
 # %% ../nbs/04_store.ipynb #8b7e0a02
 def format_name(spec:TierSpec) -> str:

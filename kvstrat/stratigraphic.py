@@ -49,6 +49,8 @@ class PrecisionPlan:
                        # 0: the head stays at fp16 (only in a `plan_part`)
     planned: float # the compression the plan reaches at `length` tokens
     source: str # what calibration it came from
+    windowed: torch.Tensor|None = None # (n_layers, n_kv_heads) bool: heads that sink into their tier and keep only
+                                       # their sinks and newest `window` tokens (`quantised_window`); None: none
 
     @property
     def widths(self) -> torch.Tensor: # (n_layers, n_kv_heads, 2) bits of each head's keys, values (0: evicts; 16: fp16)
@@ -102,6 +104,7 @@ class Stratigraphic(Strategy):
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay at fp16 for good
+    quantised_window: bool = False # an evicting head may also store its window past `residual` at a width pair
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
     @property
@@ -171,15 +174,17 @@ def bit_widths(self:Stratigraphic) -> tuple[int, ...]:
 
 @patch
 def choice_tiers(self:Stratigraphic) -> torch.Tensor:
-    "(k,) the tier each of a head's choices sinks its rows into: every (key, value) pair of its widths, then evicting."
+    ("(k,) the tier each of a head's choices sinks its rows into: every (key, value) pair of its widths, then "
+     "evicting, then (`quantised_window`) every pair again, keeping the window alone.")
     k, allowed = len(FORMAT_BITS), [FORMAT_BITS.index(b) for b in self.bit_widths()]
     pairs = [1 + kj * k + vj for kj in allowed for vj in allowed] # tier 1 + kj·k + vj stores that pair
-    return torch.tensor(pairs + ([1 + k * k] if self.window is not None else [])) # 1 + k²: no tier, evicted
+    evicting = [1 + k * k] if self.window is not None else [] # 1 + k²: no tier, evicted
+    return torch.tensor(pairs + evicting + (pairs if self.quantised_window else []))
 
 # %% ../nbs/11_stratigraphic.ipynb #05fdca45
 @patch
 def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
-    "(L·H_kv, k) cost and bytes at `length` of each head's `choice_tiers`: its (key, value) width pairs, then evicting."
+    "(L·H_kv, k) cost and bytes at `length` of each head's `choice_tiers`: width pairs, evicting, windows at pairs."
     held, fp_row = self.fp16_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     counts = 4 * len(self.tiers(head_dim)) # every tier's int32 row count of the head
@@ -190,7 +195,26 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
     if self.window is None: return cost, nbytes
     evict_bytes = counts + (self.sinks + self.window) * fp_row + 8 # its sinks and window at fp16, its dropped count
     evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
-    return torch.cat([cost, sens.evict.flatten()[:, None]], 1), torch.cat([nbytes, evict_bytes], 1)
+    cost, nbytes = torch.cat([cost, sens.evict.flatten()[:, None]], 1), torch.cat([nbytes, evict_bytes], 1)
+    if not self.quantised_window: return cost, nbytes
+    window_cost, window_bytes = self.window_choices(sens, head_dim)
+    return torch.cat([cost, window_cost], 1), torch.cat([nbytes, window_bytes], 1)
+
+# %% ../nbs/11_stratigraphic.ipynb #c7e1b001
+@patch
+def window_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
+    "(L·H_kv, pairs) cost and bytes at `length` of evicting past the window with the window past `residual` at a pair."
+    held, fp_row = self.fp16_held(head_dim)
+    rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
+    key_group = (rb[0] - torch.tensor(FORMAT_BITS) * head_dim / 8) * self.group # one key group's parameters
+    # right after a group sinks it holds the window's newest `window - residual` rows quantised, at most, and
+    # a partial key group's parameters: an upper bound, so the plan meets its target
+    quantised = max(self.window - self.residual, 0) * (rb[0][:, None] + rb[1][None]) + key_group[:, None]
+    pair_bytes = (4 * len(self.tiers(head_dim)) + held * fp_row + 8 + quantised).flatten() # (widths²,)
+    cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
+    pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
+    # priced as evicting and as the pair on every row past the residual: more than the window's rows cost
+    return cost[:, pairs] + sens.evict.flatten()[:, None], pair_bytes[pairs].expand(len(cost), -1)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0016
 def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer's heads need at least, hold at most
@@ -238,6 +262,8 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
+    if self.quantised_window and self.window is None:
+        raise ValueError("stratigraphic: quantised_window stores an evicting head's window: it needs a window")
     held, fp_row = self.fp16_held(D)
     if self.length <= held:
         raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
@@ -257,7 +283,9 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     planned = len(cost) * fp16 / nbytes.gather(1, choice[:, None]).sum().item()
     evicted = 1 + len(FORMAT_BITS) ** 2 # the heads the plan leaves out have no tier (only hybrid's streaming heads)
     tier = torch.full((len(planned_heads),), evicted).masked_scatter(planned_heads, self.choice_tiers()[choice])
-    return PrecisionPlan(tier.view(spec.n_layers, spec.n_kv_heads), planned, sens.source)
+    windowed = torch.zeros_like(planned_heads).masked_scatter(planned_heads, choice > len(self.bit_widths()) ** 2)
+    return PrecisionPlan(tier.view(spec.n_layers, spec.n_kv_heads), planned, sens.source,
+                         windowed.view(spec.n_layers, spec.n_kv_heads) if self.quantised_window else None)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
@@ -284,6 +312,18 @@ def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
     if self.window is not None and bool((tier == view.evicted).any()): return 0 # evicting heads drop a row a step
     return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
                          rows=tier > 0) # a head planned at fp16 never sinks
+
+@patch
+def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch.Tensor|None:
+    "A windowed head, when rows sink, keeps below tier 0 what of its newest `window` tokens tier 0 does not hold."
+    windowed = view.derived.windowed
+    if windowed is None or not bool(windowed[view.layer_idx].any()): return None
+    BH = view.batch * view.n_kv_heads
+    held = torch.bincount(view.head[(target == 0) & (view.pos >= self.sinks)], minlength=BH) # tier 0 past its sinks
+    sinking = torch.bincount(view.head[(target > 0) & (target < view.evicted)], minlength=BH) > 0
+    # only when rows sink: a step that moves no row of the head keeps what it held, quiet steps or not
+    mine = windowed[view.layer_idx].to(held.device).repeat(view.batch) & sinking # (B*H_kv,)
+    return torch.where(mine, (self.window - held).clamp(min=0), view.seen)
 
 # %% ../nbs/11_stratigraphic.ipynb #9c4d2e02
 def plan_part(plan:PrecisionPlan,

@@ -1,6 +1,7 @@
 """Stratigraphic's invariants over random settings (hypothesis): rows only sink, sinks, the recent window and anchors
 stay exact, the byte target is met as `cache.nbytes()` measures it, and the calibrated allocation meets any target in
-range; with eviction, the evicting heads hold their sinks and window alone."""
+range; with eviction, the evicting heads hold their sinks and window alone, and heads whose window is quantised
+their sinks and newest tokens."""
 import warnings
 import torch
 from hypothesis import example, given, settings, strategies as st
@@ -87,6 +88,38 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
             mine = sorted(p for (l2, h2, p) in history[-1] if (l2, h2) == (l, h))
             if evicts[l, h % layer.store.H]: assert mine == [*range(sinks), *range(T - window, T)], (l, h, mine)
             else: assert mine == list(range(T)), (l, h) # it keeps every token
+    assert all(p >= sinks for _, _, p in gone) # sinks are never evicted
+    assert cache.fp16_nbytes() / cache.nbytes() >= ratio * 0.98
+
+@settings(max_examples=8, deadline=None)
+@given(frac=st.floats(0, 1), window=st.integers(2, 40), sinks=st.integers(0, 4),
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
+@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0) # the top of the range: the windows at 2 bits
+@example(frac=0.9, window=4, sinks=0, chunk=16, seed=1) # a window shorter than what tier 0 holds
+def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed):
+    T, residual, group = 160, 8, 8
+    s = Stratigraphic(residual=residual, sinks=sinks, group=group, length=T, window=window, calibration='uniform',
+                      quantised_window=True)
+    _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
+    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
+    s.ratio = ratio = lo + frac * (hi - lo)
+    cache, history = _run(s, T, chunk, seed)
+    for before, after in zip(history, history[1:]):
+        for key, tier in before.items(): # one way: a row stays, sinks, or is evicted and never comes back
+            assert key not in after or after[key] == tier or (tier == 0 and after[key] > 0), key
+    gone = {key for before in history for key in before} - set(history[-1])
+    plan = cache.derived
+    if frac == 1: # the top: every head takes its fewest bytes, a quantised window where that is fewer than fp16's
+        assert plan.windowed.flatten().tolist() == (nbytes.argmin(1) > len(s.bit_widths()) ** 2).tolist()
+    for l, layer in enumerate(cache.layers):
+        for h in range(layer.store.B * layer.store.H):
+            mine = sorted(p for (l2, h2, p) in history[-1] if (l2, h2) == (l, h))
+            if plan.windowed[l, h % layer.store.H]: # its sinks, then its newest: the window, up to a group more
+                n = len(mine) - sinks
+                assert mine == [*range(sinks), *range(T - n, T)], (l, h, mine)
+                assert window <= n <= max(window, residual) + group - 1, (l, h, n)
+            elif plan.widths[l, h % layer.store.H, 0] == 0: assert mine == [*range(sinks), *range(T - window, T)]
+            else: assert mine == list(range(T)), (l, h)
     assert all(p >= sinks for _, _, p in gone) # sinks are never evicted
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio * 0.98
 
