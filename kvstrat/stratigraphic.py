@@ -206,10 +206,10 @@ def window_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[
     "(L·H_kv, pairs) cost and bytes at `length` of evicting past the window with the window past `residual` at a pair."
     held, fp_row = self.fp16_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
-    key_group = (rb[0] - torch.tensor(FORMAT_BITS) * head_dim / 8) * self.group # one key group's parameters
-    # right after a group sinks it holds the window's newest `window - residual` rows quantised, at most, and
-    # a partial key group's parameters: an upper bound, so the plan meets its target
-    quantised = max(self.window - self.residual, 0) * (rb[0][:, None] + rb[1][None]) + key_group[:, None]
+    group = self.group if self.keys == 'channel' else 1
+    # right after a group sinks it holds `window - residual` rows quantised at most, up to whole key groups: an upper
+    # bound, so the plan meets its target
+    quantised = -(-max(self.window - self.residual, 0) // group) * group * (rb[0][:, None] + rb[1][None])
     pair_bytes = (4 * len(self.tiers(head_dim)) + held * fp_row + 8 + quantised).flatten() # (widths²,)
     cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
     pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
@@ -315,7 +315,8 @@ def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
 
 @patch
 def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch.Tensor|None:
-    "A windowed head, when rows sink, keeps below tier 0 what of its newest `window` tokens tier 0 does not hold."
+    ("A windowed head, when rows sink, keeps below tier 0 what of its newest `window` tokens tier 0 does not hold, "
+     "in whole key groups.")
     windowed = view.derived.windowed
     if windowed is None or not bool(windowed[view.layer_idx].any()): return None
     BH = view.batch * view.n_kv_heads
@@ -323,7 +324,9 @@ def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch
     sinking = torch.bincount(view.head[(target > 0) & (target < view.evicted)], minlength=BH) > 0
     # only when rows sink: a step that moves no row of the head keeps what it held, quiet steps or not
     mine = windowed[view.layer_idx].to(held.device).repeat(view.batch) & sinking # (B*H_kv,)
-    return torch.where(mine, (self.window - held).clamp(min=0), view.seen)
+    group = self.group if self.keys == 'channel' else 1
+    keep = ((self.window - held).clamp(min=0) + group - 1) // group * group # the fused read takes whole groups only
+    return torch.where(mine, keep, view.seen)
 
 # %% ../nbs/11_stratigraphic.ipynb #9c4d2e02
 def plan_part(plan:PrecisionPlan,
