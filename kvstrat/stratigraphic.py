@@ -195,26 +195,23 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
     if self.window is None: return cost, nbytes
     evict_bytes = counts + (self.sinks + self.window) * fp_row + 8 # its sinks and window at fp16, its dropped count
     evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
-    cost, nbytes = torch.cat([cost, sens.evict.flatten()[:, None]], 1), torch.cat([nbytes, evict_bytes], 1)
-    if not self.quantised_window: return cost, nbytes
-    window_cost, window_bytes = self.window_choices(sens, head_dim)
-    return torch.cat([cost, window_cost], 1), torch.cat([nbytes, window_bytes], 1)
+    evict_cost = sens.evict.flatten()[:, None]
+    if not self.quantised_window: return torch.cat([cost, evict_cost], 1), torch.cat([nbytes, evict_bytes], 1)
+    # a window at a pair, priced as evicting and as the pair on every row past the residual: more than it costs
+    window_bytes = (counts + self.window_bytes(head_dim)[pairs]).expand(len(cost), -1)
+    return torch.cat([cost, evict_cost, cost + evict_cost], 1), torch.cat([nbytes, evict_bytes, window_bytes], 1)
 
 # %% ../nbs/11_stratigraphic.ipynb #c7e1b001
 @patch
-def window_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
-    "(L·H_kv, pairs) cost and bytes at `length` of evicting past the window with the window past `residual` at a pair."
+def window_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor:
+    "(widths²,) bytes at `length` of a head that evicts past its window and keeps the window past `residual` at a pair."
     held, fp_row = self.fp16_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     group = self.group if self.keys == 'channel' else 1
     # right after a group sinks it holds `window - residual` rows quantised at most, up to whole key groups: an upper
-    # bound, so the plan meets its target
-    quantised = -(-max(self.window - self.residual, 0) // group) * group * (rb[0][:, None] + rb[1][None])
-    pair_bytes = (4 * len(self.tiers(head_dim)) + held * fp_row + 8 + quantised).flatten() # (widths²,)
-    cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
-    pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
-    # priced as evicting and as the pair on every row past the residual: more than the window's rows cost
-    return cost[:, pairs] + sens.evict.flatten()[:, None], pair_bytes[pairs].expand(len(cost), -1)
+    # bound, so the plan meets its target (and its dropped count)
+    rows = -(-max(self.window - self.residual, 0) // group) * group
+    return (held * fp_row + 8 + rows * (rb[0][:, None] + rb[1][None])).flatten()
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0016
 def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer's heads need at least, hold at most
@@ -342,8 +339,9 @@ def plan_part(plan:PrecisionPlan,
         raise ValueError(f"plan_part: zone must be all/evicting/quantised, tensors both/keys/values, bits one of "
                          f"{FORMAT_BITS} or None, layers (first, last) within 0..{n_layers - 1}; got {zone!r}, "
                          f"{tensors!r}, {bits}, {layers}")
-    evicts = plan.widths[..., 0] == 0 # (L, H_kv)
-    keep = {'all': torch.ones_like(evicts), 'evicting': evicts.clone(), 'quantised': ~evicts}[zone]
+    evicts = plan.widths[..., 0] == 0 # (L, H_kv) evicting with fp16 windows
+    windowed = plan.windowed if plan.windowed is not None else torch.zeros_like(evicts) # with quantised ones
+    keep = {'all': torch.ones_like(evicts), 'evicting': evicts | windowed, 'quantised': ~evicts & ~windowed}[zone]
     if layers is not None: keep[:layers[0]] = keep[layers[1] + 1:] = False
     lift = torch.zeros_like(plan.widths, dtype=torch.bool) # (L, H_kv, 2) tensors raised to 8 bits
     if tensors != 'both': lift[..., int(tensors == 'keys')] = True # keys alone: the values go to 8 bits
@@ -351,4 +349,5 @@ def plan_part(plan:PrecisionPlan,
     widths = torch.where(lift & ~evicts[..., None], FORMAT_BITS[0], plan.widths)
     tier = torch.where(evicts, plan.tier, quantised_tier(widths))
     part = f'layers {layers or "all"}, {zone} heads, {tensors}' + ('' if bits is None else f', {bits}-bit tensors')
-    return PrecisionPlan(tier.masked_fill(~keep, 0), math.nan, f'{plan.source}; only {part}')
+    return PrecisionPlan(tier.masked_fill(~keep, 0), math.nan, f'{plan.source}; only {part}',
+                         None if plan.windowed is None else plan.windowed & keep)
