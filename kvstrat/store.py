@@ -307,8 +307,7 @@ def add(self:TierStore, heads, pos, score, k, v):
 @patch
 def select(self:TierStore, keep:torch.Tensor):
     "Keep only the rows where `keep` is True; the others' memory is released."
-    self.counts = torch.bincount(self.heads()[keep], minlength=self.n_heads).to(torch.int32)
-    self.memo = {}
+    self.counts, self.memo = torch.bincount(self.heads()[keep], minlength=self.n_heads).to(torch.int32), {}
     self.k, self.v = select_rows(self.k, keep, self.spec, True), select_rows(self.v, keep, self.spec, False)
     if self.pos is not None: self.pos = self.pos[keep]
     if self.score is not None: self.score = self.score[keep]
@@ -488,15 +487,14 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
     "Count the rows each head of an ordered store evicts from tier 0: a head that does holds nothing deeper."
     t0, BH, n_tiers = self.tiers[0], self.B * self.H, len(self.tiers)
     gone = target == n_tiers if padding is None else (target == n_tiers) & ~padding
-    if self.dropped is None and not gone.any(): return
+    if not gone.any(): return
     drops = torch.bincount(t0.heads()[gone], minlength=BH)
     sinking = torch.bincount(t0.heads()[(target > 0) & (target < n_tiers)], minlength=BH)
     sinking += torch.stack([t.counts for t in self.tiers[1:]]).sum(0) # rows each head sinks or holds deeper already
-    before = self.dropped if self.dropped is not None else torch.zeros_like(drops)
     if ((drops > 0) & (sinking > 0)).any(): # what it evicted before is older than what sinks now (sinking order)
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
-    self.dropped = before + drops
+    self.dropped = drops if self.dropped is None else self.dropped + drops
 
 @patch
 def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
@@ -561,9 +559,7 @@ def crop(self:LayerStore, length:int):
         if t.n: t.select(pos < length)
     self.seen = length
 
-# %% ../nbs/04_store.ipynb #c7e1a001
 @patch
-@torch.no_grad()
 def keep_newest_below(self:LayerStore, most:torch.Tensor): # (B*H,) rows each head may hold below tier 0
     "Evict, in an ordered store, each head's oldest rows below tier 0 past its newest `most`; `dropped` counts them."
     if not self.ordered: raise ValueError("keep_newest_below: only an ordered store knows its deeper rows' order")
@@ -574,7 +570,6 @@ def keep_newest_below(self:LayerStore, most:torch.Tensor): # (B*H,) rows each he
         take = torch.minimum(excess, t.counts.long())
         if take.any(): t.select(index_in_head(t.heads(), t.counts.long()) >= take[t.heads()]) # each head's first
         excess = excess - take
-
 
 # %% ../nbs/04_store.ipynb #8b7e0a02
 def format_name(spec:TierSpec) -> str:
