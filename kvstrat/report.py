@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from .core import describe_model
 from .policy import STRATEGY_PRESETS, make_strategy
-from .results import PROTOCOLS, Locked, OutLock, Results, short_label, strategy_params
+from .results import PROTOCOLS, Locked, OutLock, Results, recorded_param, short_label, strategy_params
 
 # %% auto #0
 __all__ = ['FAMILIES', 'FAMILY_COLOURS', 'STRATEGY_COLUMNS', 'preset_name', 'family', 'shown_compression', 'worst_window',
@@ -30,8 +30,8 @@ def preset_name(x:dict|str, # a result row, or a strategy as `make_strategy` rea
     name, params = ((strategy.name, strategy_params(strategy)) if strategy
                     else (x['strategy'].partition(':')[0], x['params']))
     for preset, text in STRATEGY_PRESETS.items():
-        p = make_strategy(text) # a parameter a row predates counts as its default
-        if p.name == name and all(_same(params.get(f.name, f.default), getattr(p, f.name)) for f in fields(p)):
+        p = make_strategy(text)
+        if p.name == name and all(_same(recorded_param(f, params), getattr(p, f.name)) for f in fields(p)):
             return preset
     return short_label(strategy or x)
 

@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/results.html.md"""
 # %% ../nbs/14_results.ipynb #07ff2139
 from __future__ import annotations
 import fcntl, json, os, subprocess, sys
-from dataclasses import fields
+from dataclasses import Field, fields
 from pathlib import Path
 import torch
 import kvstrat
@@ -15,8 +15,8 @@ from .kernels import kernels_available
 from .policy import STRATEGIES, Strategy
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'short_label', 'new_row', 'environment', 'row_key',
-           'Results', 'Locked', 'OutLock', 'commit_warning']
+__all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'recorded_param', 'short_label', 'new_row', 'environment',
+           'row_key', 'Results', 'Locked', 'OutLock', 'commit_warning']
 
 # %% ../nbs/14_results.ipynb #2d4340bf
 PROTOCOLS = ('ppl', 'passkey', 'speed')
@@ -25,6 +25,11 @@ PROTOCOLS = ('ppl', 'passkey', 'speed')
 def strategy_params(strategy:Strategy) -> dict: return {f.name: getattr(strategy, f.name) for f in fields(strategy)}
 
 # %% ../nbs/14_results.ipynb #c6828bf7
+def recorded_param(f:Field, # a parameter of the row's strategy
+                   params:dict): # the row's `params`
+    "Its value in a row: as recorded, else what rows from before it existed ran with (`before` in its metadata)."
+    return params.get(f.name, f.metadata.get('before', f.default)) # default: the parameter changed nothing then
+
 def short_label(x:Strategy|dict, # a strategy, or a result row
                ) -> str:
     "The strategy's name and the parameters that differ from its defaults (the full label if it is not registered)."
@@ -32,8 +37,8 @@ def short_label(x:Strategy|dict, # a strategy, or a result row
     name = label.partition(':')[0]
     if name not in STRATEGIES: return label
     same = lambda a, b: json.dumps(a, default=str) == json.dumps(b, default=str) # as stored in JSON
-    changed = [f"{f.name}={params[f.name]}" for f in fields(STRATEGIES[name])
-               if f.name in params and not same(params[f.name], f.default)]
+    changed = [f"{f.name}={value}" for f in fields(STRATEGIES[name])
+               if not same(value := recorded_param(f, params), f.default)]
     return name + (':' + ','.join(changed) if changed else '')
 
 # %% ../nbs/14_results.ipynb #cbce4d22

@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/stratigraphic.html.md"""
 # %% ../nbs/11_stratigraphic.ipynb #0b5afed3
 from __future__ import annotations
 import json, math, warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
 from typing import ClassVar
@@ -90,7 +90,7 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
 class Stratigraphic(Strategy):
     ("Calibrated per-head precision: each (layer, KV head)'s keys and values sink one way, in whole key groups, "
      "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio; eviction "
-     "beyond `window` tokens is one more choice per head, the deepest zone.")
+     "beyond `window` tokens is one more choice per head, the deepest zone, with the window fp16 or quantised.")
     name: ClassVar[str] = 'stratigraphic'
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
     calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
@@ -104,11 +104,13 @@ class Stratigraphic(Strategy):
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay at fp16 for good
-    quantised_window: bool = False # an evicting head may also store its window past `residual` at a width pair
+    quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
     @property
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
+    @property
+    def windowed_choices(self) -> bool: return self.quantised_window and self.window is not None # else none evicts
     def tiers(self, head_dim:int):
         return (FP16, *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod
@@ -179,7 +181,7 @@ def choice_tiers(self:Stratigraphic) -> torch.Tensor:
     k, allowed = len(FORMAT_BITS), [FORMAT_BITS.index(b) for b in self.bit_widths()]
     pairs = [1 + kj * k + vj for kj in allowed for vj in allowed] # tier 1 + kj·k + vj stores that pair
     evicting = [1 + k * k] if self.window is not None else [] # 1 + k²: no tier, evicted
-    return torch.tensor(pairs + evicting + (pairs if self.quantised_window else []))
+    return torch.tensor(pairs + evicting + (pairs if self.windowed_choices else []))
 
 # %% ../nbs/11_stratigraphic.ipynb #05fdca45
 @patch
@@ -259,8 +261,6 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
-    if self.quantised_window and self.window is None:
-        raise ValueError("stratigraphic: quantised_window stores an evicting head's window: it needs a window")
     held, fp_row = self.fp16_held(D)
     if self.length <= held:
         raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
@@ -282,7 +282,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     tier = torch.full((len(planned_heads),), evicted).masked_scatter(planned_heads, self.choice_tiers()[choice])
     windowed = torch.zeros_like(planned_heads).masked_scatter(planned_heads, choice > len(self.bit_widths()) ** 2)
     return PrecisionPlan(tier.view(spec.n_layers, spec.n_kv_heads), planned, sens.source,
-                         windowed.view(spec.n_layers, spec.n_kv_heads) if self.quantised_window else None)
+                         windowed.view(spec.n_layers, spec.n_kv_heads) if self.windowed_choices else None)
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch

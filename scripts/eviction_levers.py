@@ -4,7 +4,7 @@ For each ratio and each setting, the summed calibrated cost of the plan (KL in n
 minimises), how many heads evict with their window at fp16 and how many with it quantised, and the compression
 planned at `length`. Run before measuring a new choice, to say what it should buy (the diary's rules are fixed on it).
     python scripts/eviction_levers.py --ratios 4.1 6.45 9.35 --strategies stratigraphic \
-        stratigraphic:quantised_window=true stratigraphic:window=32,calibration=FILE        # seconds
+        stratigraphic:quantised_window=false stratigraphic:window=32,calibration=FILE        # seconds
 """
 import argparse, json
 import torch

@@ -41,7 +41,8 @@ def main(ratios:list[float], window:int=64, calibration:str='auto'):
     logp = lambda w: F.log_softmax(model(w, use_cache=False, logits_to_keep=w.shape[1] // 2).logits.float(), -1)
     exact_short, exact_long = logp(short), logp(long)
     for ratio in ratios:
-        strategy = make_strategy(f'stratigraphic:ratio={ratio},window={window},rotate=false,calibration={calibration}')
+        strategy = make_strategy(f'stratigraphic:ratio={ratio},window={window},rotate=false,quantised_window=false,'
+                                 f'calibration={calibration}')
         plan, sens = strategy.prepare(spec), strategy.sensitivity(spec)
         def at_plan(i, k, v, chosen): # layer i's keys and values, `chosen` (L, H, 2) tensors at their widths
             kq, vq = k.clone(), v.clone()

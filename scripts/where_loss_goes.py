@@ -35,8 +35,9 @@ class StratigraphicPart(Stratigraphic):
         layers = None if self.layers == 'all' else tuple(int(l) for l in self.layers.split('-'))
         return plan_part(super().prepare(spec, heads), layers, self.zone, self.tensors, self.bits)
 
-PLANS = ('stratigraphic:window=none,rotate=false', 'stratigraphic:ratio=6,window=64,rotate=false',
-         'stratigraphic:ratio=8,window=64,rotate=false') # as measured, before rotation became the default
+PLANS = ('stratigraphic:window=none,rotate=false', # as measured, before rotation and quantised windows were defaults
+         'stratigraphic:ratio=6,window=64,rotate=false,quantised_window=false',
+         'stratigraphic:ratio=8,window=64,rotate=false,quantised_window=false')
 PARTS = {PLANS[0]: ['layers=0-9', 'layers=10-19', 'layers=20-29', 'tensors=keys', 'tensors=values',
                     'bits=2', 'bits=3', 'bits=4'],
          PLANS[1]: ['zone=evicting', 'zone=quantised'], PLANS[2]: ['zone=evicting', 'zone=quantised']}
