@@ -1,7 +1,8 @@
 """Where Stratigraphic's bytes and loss go, under protocol P (SmolLM2-135M, 8 windows of 1,024 tokens).
 
-    python scripts/where_loss_goes.py bytes OUT.json             # the plans' bytes by part, ~2 minutes
+    python scripts/where_loss_goes.py bytes OUT.json [PLAN...]   # the plans' bytes by part, ~2 minutes
     python scripts/where_loss_goes.py loss TEXT OUT_DIR          # kvstrat-bench rows, ~40 s each on 2 cores
+    python scripts/where_loss_goes.py loss TEXT OUT_DIR PLAN...  # each PLAN, its evicting and its quantised heads
 
 `bytes` writes protocol P's tokens (a 512-token prefill, then chunks of 16 to 1,023 tokens) of WikiText-2's 8
 windows into each plan's cache and records `CompressedCache.nbytes_by_part()` at the end: the bytes are those of
@@ -42,20 +43,20 @@ PARTS = {PLANS[0]: ['layers=0-9', 'layers=10-19', 'layers=20-29', 'tensors=keys'
                     'bits=2', 'bits=3', 'bits=4'],
          PLANS[1]: ['zone=evicting', 'zone=quantised'], PLANS[2]: ['zone=evicting', 'zone=quantised']}
 
-def part_specs() -> list[str]:
+def part_specs(plans:dict) -> list[str]:
     "Each plan, then each of its parts alone."
     out = []
-    for plan, parts in PARTS.items():
+    for plan, parts in plans.items():
         args = plan.partition(':')[2]
         out += [plan] + [f"stratigraphic-part:{','.join(filter(None, [args, p]))}" for p in parts]
     return out
 
 @torch.no_grad()
-def plan_bytes(out:Path):
+def plan_bytes(out:Path, plans:list[str]):
     model, tok = load_model('smollm2-135m', None)
     windows = eval_windows(tokenize(tok, load_text('wikitext2')[0]), 8, 1024)
     rows = []
-    for spec in PLANS:
+    for spec in plans:
         cache = CompressedCache(model, spec)
         with cache.attached(model):
             prefill_cache(model, cache, windows[:, :512])
@@ -68,8 +69,9 @@ def plan_bytes(out:Path):
 
 if __name__ == '__main__':
     torch.set_num_threads(2)
-    if sys.argv[1:2] == ['bytes']: plan_bytes(Path(sys.argv[2]))
+    if sys.argv[1:2] == ['bytes']: plan_bytes(Path(sys.argv[2]), sys.argv[3:] or PLANS)
     elif sys.argv[1:2] == ['loss']:
+        plans = {plan: ['zone=evicting', 'zone=quantised'] for plan in sys.argv[4:]} or PARTS
         sys.exit(cli.main(['--protocol', 'ppl', '--windows', '8', '--text', sys.argv[2], '--threads', '2',
-                           '--out', sys.argv[3], '--strategies', *part_specs()]))
+                           '--out', sys.argv[3], '--strategies', *part_specs(plans)]))
     else: sys.exit(__doc__)
