@@ -198,7 +198,7 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
     evict_bytes = counts + (self.sinks + self.window) * fp_row + 8 # its sinks and window at fp16, its dropped count
     evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
     evict_cost = sens.evict.flatten()[:, None]
-    if not self.quantised_window: return torch.cat([cost, evict_cost], 1), torch.cat([nbytes, evict_bytes], 1)
+    if not self.windowed_choices: return torch.cat([cost, evict_cost], 1), torch.cat([nbytes, evict_bytes], 1)
     # a window at a pair, priced as evicting and as the pair on every row past the residual: more than it costs
     window_bytes = (counts + self.window_bytes(head_dim)[pairs]).expand(len(cost), -1)
     return torch.cat([cost, evict_cost, cost + evict_cost], 1), torch.cat([nbytes, evict_bytes, window_bytes], 1)
