@@ -105,14 +105,19 @@ class Stratigraphic(Strategy):
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay at fp16 for good
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
+    top_bits: int = 16 # tier 0, the rows not sunk (sinks, residual, rows short of a key group, anchors): 16 or 8 bits
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
     @property
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     @property
     def windowed_choices(self) -> bool: return self.quantised_window and self.window is not None # else none evicts
+    def top(self, head_dim:int) -> TierSpec: # 8 bits: one scale per row, since rows arrive one at a time
+        if self.top_bits not in (16, 8):
+            raise ValueError(f"stratigraphic top_bits must be 16 (fp16) or 8 (8 bits per row), got {self.top_bits}")
+        return FP16 if self.top_bits == 16 else TierSpec(8, 'token', head_dim, head_dim, True, rotate=self.rotate)
     def tiers(self, head_dim:int):
-        return (FP16, *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
+        return (self.top(head_dim), *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod
     def example(cls): return cls(ratio=2.5, residual=8, sinks=2, group=8, length=96, window=8) # one head evicts
 
@@ -155,13 +160,13 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
 @patch
-def fp16_held(self:Stratigraphic, head_dim:int) -> tuple[float, int]:
-    "Rows each head holds at fp16 at `length` (sinks, window, anchors, old rows short of a whole run), bytes per row."
+def top_held(self:Stratigraphic, head_dim:int) -> tuple[float, float]:
+    "Rows each head holds in tier 0 at `length` (sinks, residual, anchors, rows short of a whole run), bytes per row."
     old = max(self.length - self.sinks - self.residual, 0)
     run = (self.group if self.keys == 'channel' else 1) + self.anchors # per-token keys sink a row at a time
     waiting, anchored = old % run, old // run * self.anchors
-    score = 4 if self.anchors else 0 # the fp32 attention each row of tier 0 has received
-    return self.sinks + self.residual + waiting + anchored, 2 * 2 * head_dim + 4 + score # fp16 keys, values, pos
+    per_row = row_bytes(self.top(head_dim), head_dim, True, self.anchors > 0) # its position; with anchors, its score
+    return self.sinks + self.residual + waiting + anchored, per_row
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0015
 @patch
@@ -187,15 +192,15 @@ def choice_tiers(self:Stratigraphic) -> torch.Tensor:
 @patch
 def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
     "(L·H_kv, k) cost and bytes at `length` of each head's `choice_tiers`: width pairs, evicting, windows at pairs."
-    held, fp_row = self.fp16_held(head_dim)
+    held, top_row = self.top_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     counts = 4 * len(self.tiers(head_dim)) # every tier's int32 row count of the head
-    pair_bytes = counts + held * fp_row + (self.length - held) * (rb[0][:, None] + rb[1][None]).flatten() # (widths²,)
+    pair_bytes = counts + held * top_row + (self.length - held) * (rb[0][:, None] + rb[1][None]).flatten() # (widths²,)
     cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
     pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
     cost, nbytes = cost[:, pairs], pair_bytes[pairs].expand(len(cost), -1)
     if self.window is None: return cost, nbytes
-    evict_bytes = counts + (self.sinks + self.window) * fp_row + 8 # its sinks and window at fp16, its dropped count
+    evict_bytes = counts + (self.sinks + self.window) * top_row + 8 # its sinks and window in tier 0, its dropped count
     evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
     evict_cost = sens.evict.flatten()[:, None]
     if not self.windowed_choices: return torch.cat([cost, evict_cost], 1), torch.cat([nbytes, evict_bytes], 1)
@@ -207,13 +212,13 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
 @patch
 def window_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor:
     "(widths²,) bytes at `length` of a head that evicts past its window and keeps the window past `residual` at a pair."
-    held, fp_row = self.fp16_held(head_dim)
+    held, top_row = self.top_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     group = self.group if self.keys == 'channel' else 1
     # right after a group sinks it holds `window - residual` rows quantised at most, up to whole key groups: an upper
     # bound, so the plan meets its target (and its dropped count)
     rows = -(-max(self.window - self.residual, 0) // group) * group
-    return (held * fp_row + 8 + rows * (rb[0][:, None] + rb[1][None])).flatten()
+    return (held * top_row + 8 + rows * (rb[0][:, None] + rb[1][None])).flatten()
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0016
 def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer's heads need at least, hold at most
@@ -261,9 +266,9 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
-    held, fp_row = self.fp16_held(D)
+    held, _ = self.top_held(D)
     if self.length <= held:
-        raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds at fp16")
+        raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds in tier 0")
     sens = self.sensitivity(spec)
     cost, nbytes = self.head_choices(sens, D) # (L·H, choices)
     planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()

@@ -24,9 +24,9 @@ def _run(strategy, T:int, chunk:int, seed:int):
     return cache, history
 
 # the default (rotated), and the ablation's settings: unrotated, fixed layer shares without the 3-bit tier; per-row
-# demotion; anchors
+# demotion; anchors; tier 0 at 8 bits
 SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2', rotate=False), dict(schedule='uniform', keys='token'),
-            dict(anchors=2)]
+            dict(anchors=2), dict(top_bits=8)]
 
 def _anchors(snapshot:dict, sinks:int) -> set:
     "The rows past the sinks a snapshot holds at fp16 though a newer row of their head has sunk: the anchors."
@@ -42,6 +42,7 @@ def _anchors(snapshot:dict, sinks:int) -> set:
 @example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[2])
 @example(frac=0.0, residual=12, sinks=4, chunk=16, seed=1, setting=SETTINGS[1]) # the bottom: every head at 8 bits
 @example(frac=1.0, residual=4, sinks=2, chunk=5, seed=3, setting=SETTINGS[3])
+@example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[4])
 def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, seed, setting):
     T = 160
     s = Stratigraphic(residual=residual, sinks=sinks, group=8, length=T, calibration='uniform', window=None,
@@ -55,7 +56,7 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
         for key in _anchors(before, sinks): assert after[key] == 0, key # an anchor is never demoted
     last = history[-1]
     for (l, h, p), tier in last.items():
-        if p < sinks or p >= T - residual: assert tier == 0, (l, h, p) # sinks and the window stay fp16
+        if p < sinks or p >= T - residual: assert tier == 0, (l, h, p) # sinks and the window stay in tier 0
     sunk = {}
     for (l, h, p), tier in last.items(): sunk[l, h] = sunk.get((l, h), 0) + (tier > 0)
     for (l, h), n in sunk.items(): # each whole run sank `group` rows and kept its anchors; the last run's may sink yet
@@ -94,12 +95,14 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
 
 @settings(max_examples=8, deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 40), sinks=st.integers(0, 4),
-       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
-@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0) # the top of the range: the windows at 2 bits
-@example(frac=0.9, window=4, sinks=0, chunk=16, seed=1) # a window shorter than what tier 0 holds
-def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed):
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8]))
+@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=16) # the top of the range: the windows at 2 bits
+@example(frac=0.9, window=4, sinks=0, chunk=16, seed=1, top_bits=16) # a window shorter than what tier 0 holds
+@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=8) # tier 0 at 8 bits: evicting heads cheaper
+def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed, top_bits):
     T, residual, group = 160, 8, 8
-    s = Stratigraphic(residual=residual, sinks=sinks, group=group, length=T, window=window, calibration='uniform')
+    s = Stratigraphic(residual=residual, sinks=sinks, group=group, length=T, window=window, calibration='uniform',
+                      top_bits=top_bits)
     _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
     s.ratio = ratio = lo + frac * (hi - lo)
