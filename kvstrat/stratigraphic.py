@@ -95,15 +95,15 @@ class Stratigraphic(Strategy):
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
     calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
     length: int = 1024 # context the target is planned at: the fp16 sinks and window weigh more in a shorter one
-    residual: int = 12 # most recent tokens kept at fp16 (and up to `group - 1` more, until a whole group can sink)
-    sinks: int = 4 # first tokens kept at fp16
+    residual: int = 12 # most recent tokens kept in tier 0 (and up to `group - 1` more, until a whole group can sink)
+    sinks: int = 4 # first tokens kept in tier 0
     group: int = 32 # tokens per per-channel key group: rows sink in whole groups; channels per group with keys='token'
     window: int|None = 64 # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
     widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
-    anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay at fp16 for good
+    anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay in tier 0 for good
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
     top_bits: int = 16 # tier 0, the rows not sunk (sinks, residual, rows short of a key group, anchors): 16 or 8 bits
 
@@ -115,7 +115,8 @@ class Stratigraphic(Strategy):
     def top(self, head_dim:int) -> TierSpec: # 8 bits: one scale per row, since rows arrive one at a time
         if self.top_bits not in (16, 8):
             raise ValueError(f"stratigraphic top_bits must be 16 (fp16) or 8 (8 bits per row), got {self.top_bits}")
-        return FP16 if self.top_bits == 16 else TierSpec(8, 'token', head_dim, head_dim, True, rotate=self.rotate)
+        if self.top_bits == 16: return FP16
+        return TierSpec(8, 'token', head_dim, head_dim, symmetric=True, rotate=self.rotate)
     def tiers(self, head_dim:int):
         return (self.top(head_dim), *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod
@@ -160,7 +161,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
 @patch
-def top_held(self:Stratigraphic, head_dim:int) -> tuple[float, float]:
+def top_held(self:Stratigraphic, head_dim:int) -> tuple[int, float]:
     "Rows each head holds in tier 0 at `length` (sinks, residual, anchors, rows short of a whole run), bytes per row."
     old = max(self.length - self.sinks - self.residual, 0)
     run = (self.group if self.keys == 'channel' else 1) + self.anchors # per-token keys sink a row at a time
@@ -211,7 +212,7 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
 # %% ../nbs/11_stratigraphic.ipynb #c7e1b001
 @patch
 def window_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor:
-    "(widths²,) bytes at `length` of a head that evicts past its window and keeps the window past `residual` at a pair."
+    "(widths²,) bytes at `length` of a head evicting past its window, keeping the window past `residual` at a pair."
     held, top_row = self.top_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     group = self.group if self.keys == 'channel' else 1
