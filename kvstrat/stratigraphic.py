@@ -106,6 +106,7 @@ class Stratigraphic(Strategy):
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay in tier 0 for good
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
     top_bits: int = 16 # tier 0, the rows not sunk (sinks, residual, rows short of a key group, anchors): 16 or 8 bits
+    plain_eviction: bool = True # with quantised windows, a head may also evict keeping its window whole in tier 0
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
     @property
@@ -207,7 +208,8 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
     if not self.windowed_choices: return torch.cat([cost, evict_cost], 1), torch.cat([nbytes, evict_bytes], 1)
     # a window at a pair, priced as evicting and as the pair on every row past the residual: more than it costs
     window_bytes = (counts + self.window_bytes(head_dim)[pairs]).expand(len(cost), -1)
-    return torch.cat([cost, evict_cost, cost + evict_cost], 1), torch.cat([nbytes, evict_bytes, window_bytes], 1)
+    plain = evict_cost if self.plain_eviction else torch.full_like(evict_cost, math.inf) # left out: never chosen
+    return torch.cat([cost, plain, cost + evict_cost], 1), torch.cat([nbytes, evict_bytes, window_bytes], 1)
 
 # %% ../nbs/11_stratigraphic.ipynb #c7e1b001
 @patch
@@ -265,6 +267,9 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic rotate=True needs a power-of-2 head_dim, not {D}: use rotate=false")
     if self.schedule != 'calibrated' and self.schedule not in SCHEDULES:
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
+    if not self.plain_eviction and not self.windowed_choices:
+        raise ValueError("stratigraphic plain_eviction=false leaves a head only quantised windows to evict with: it "
+                         "needs quantised_window=true and a window")
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
     held, _ = self.top_held(D)

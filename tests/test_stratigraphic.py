@@ -95,14 +95,17 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
 
 @settings(max_examples=8, deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 40), sinks=st.integers(0, 4),
-       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8]))
-@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=16) # the top of the range: the windows at 2 bits
-@example(frac=0.9, window=4, sinks=0, chunk=16, seed=1, top_bits=16) # a window shorter than what tier 0 holds
-@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=8) # tier 0 at 8 bits: evicting heads cheaper
-def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed, top_bits):
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8]),
+       plain=st.booleans())
+@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=16, plain=True) # the top: the windows at 2 bits
+@example(frac=0.9, window=4, sinks=0, chunk=16, seed=1, top_bits=16, plain=True) # a window shorter than tier 0's rows
+@example(frac=0.5, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=True) # tier 0 at 8 bits: plain eviction cheap
+@example(frac=0.5, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=False)
+def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed, top_bits,
+                                                                           plain):
     T, residual, group = 160, 8, 8
     s = Stratigraphic(residual=residual, sinks=sinks, group=group, length=T, window=window, calibration='uniform',
-                      top_bits=top_bits)
+                      top_bits=top_bits, plain_eviction=plain)
     _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
     s.ratio = ratio = lo + frac * (hi - lo)
@@ -112,6 +115,7 @@ def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, 
             assert key not in after or after[key] == tier or (tier == 0 and after[key] > 0), key
     gone = {key for before in history for key in before} - set(history[-1])
     plan = cache.derived
+    if not plain: assert not (plan.widths[..., 0] == 0).any(), plan.widths # no head evicts with its window in tier 0
     if frac == 1: # the top: every head takes its fewest bytes, a quantised window where that is fewer than fp16's
         assert plan.windowed.flatten().tolist() == (nbytes.argmin(1) > len(s.bit_widths()) ** 2).tolist()
     for l, layer in enumerate(cache.layers):
