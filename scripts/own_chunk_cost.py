@@ -9,11 +9,10 @@ same 8-bit format, so that each chunk also reads its own tokens at 8 bits, as ev
 with FullKV on the same windows, is what that read costs. Nothing is chosen from these rows.
 """
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 from kvstrat.baselines import Int8
 from kvstrat.policy import register
-from kvstrat.store import TierSpec
 from kvstrat import cli
 
 @register
@@ -24,8 +23,8 @@ class Int8OwnChunk(Int8):
     rotate: bool = False # tier 0 Hadamard-rotated, as `stratigraphic:top_bits=8` stores it
 
     def tiers(self, head_dim:int):
-        own = TierSpec(8, 'token', head_dim, head_dim, symmetric=True, rotate=self.rotate)
-        return (own, *super().tiers(head_dim)[1:])
+        _, int8 = super().tiers(head_dim) # fp16, then every token at 8 bits
+        return (replace(int8, rotate=self.rotate), int8) # tier 0 in int8's own format
 
 if __name__ == '__main__':
     if len(sys.argv) != 3: sys.exit(__doc__)

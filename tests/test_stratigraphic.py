@@ -99,8 +99,8 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
        plain=st.booleans())
 @example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=16, plain=True) # the top: the windows at 2 bits
 @example(frac=0.9, window=4, sinks=0, chunk=16, seed=1, top_bits=16, plain=True) # a window shorter than tier 0's rows
-@example(frac=0.5, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=True) # tier 0 at 8 bits: plain eviction cheap
-@example(frac=0.5, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=False)
+@example(frac=0.7, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=True) # 2 heads evict plainly
+@example(frac=0.7, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=False) # ... and none may here
 def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed, top_bits,
                                                                            plain):
     T, residual, group = 160, 8, 8
