@@ -20,14 +20,18 @@ def free_windows(taken:torch.Tensor, L:int) -> list[int]:
         else: free.append(s); s += L
     return free
 
-def long_windows(ids:torch.Tensor, L:int=4096, n:int=4) -> list[int]:
-    "Starts of the `n` long evaluation windows: spread over the windows no calibration window touches."
+def calibration_taken(ids:torch.Tensor) -> torch.Tensor:
+    "(N,) bool: the tokens any shipped calibration read, the streaming heads' or precision's."
     used = torch.zeros(len(ids), dtype=torch.bool)
     for count, length in ((2, 1024), (16, 512), (16, 1024)): # the streaming heads'
         for s in calibration_windows(ids, count, length)[1]: used[s:s + length] = True
     for count, length in ((2, 320), (2, 1024)): # precision's, as `kvstrat-calibrate` chooses them (copy_windows)
         for s in calibration_windows(ids, count, length, eval_length=(1024, 4096))[1]: used[s:s + length] = True
-    free = free_windows(used, L)
+    return used
+
+def long_windows(ids:torch.Tensor, L:int=4096, n:int=4) -> list[int]:
+    "Starts of the `n` long evaluation windows: spread over the windows no calibration window touches."
+    free = free_windows(calibration_taken(ids), L)
     print(len(ids), 'tokens;', len(free), f'free {L}-windows')
     return [free[i] for i in torch.linspace(0, len(free) - 1, n).round().long().tolist()]
 
