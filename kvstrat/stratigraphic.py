@@ -26,12 +26,13 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['PrecisionPlan', 'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets',
-           'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
-           'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
-           'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
-           'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
-           'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
+__all__ = ['TOP8_FROM', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic',
+           'layer_budgets', 'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device',
+           'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy',
+           'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full',
+           'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming',
+           'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity',
+           'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -85,6 +86,8 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
     return s
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0004
+TOP8_FROM = 5.0 # the ratio from which tier 0 defaults to 8 bits, without plain eviction (research diary, 2026-12-04)
+
 @register
 @dataclass
 class Stratigraphic(Strategy):
@@ -105,8 +108,12 @@ class Stratigraphic(Strategy):
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay in tier 0 for good
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
-    top_bits: int = 16 # tier 0, the rows not sunk (sinks, residual, rows short of a key group, anchors): 16 or 8 bits
-    plain_eviction: bool = True # with quantised windows, a head may also evict keeping its window whole in tier 0
+    top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16 or 8 bits; None: by `ratio`
+    plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
+
+    def __post_init__(self): # the defaults that depend on the ratio: tier 0 at 8 bits, no plain eviction, from 5x up
+        if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
+        if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
     @property

@@ -449,9 +449,9 @@ class Hybrid(Streaming):
 
     @property
     def inner(self) -> Strategy: # looked up by name: stratigraphic's module builds on this one
-        # the retrieval heads never evict: the streaming heads are hybrid's cheap bytes, and its rows were measured so
+        # the retrieval heads never evict, and keep tier 0 at fp16 at any ratio: hybrid's rows were measured so
         return STRATEGIES['stratigraphic'](ratio=self.ratio, residual=self.residual, group=self.group,
-                                           rotate=self.rotate, window=None)
+                                           rotate=self.rotate, window=None, top_bits=16)
     @classmethod
     def example(cls): return cls(fraction=0.5, pattern='index', window=8, ratio=2.5, residual=8, group=16)
     def needs(self): return self.inner.needs()
