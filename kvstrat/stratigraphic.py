@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/stratigraphic.html.md"""
 # %% ../nbs/11_stratigraphic.ipynb #0b5afed3
 from __future__ import annotations
 import json, math, warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from fastcore.basics import patch
 from typing import ClassVar
@@ -111,7 +111,8 @@ class Stratigraphic(Strategy):
     top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16 or 8 bits; None: by `ratio`
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
 
-    def __post_init__(self): # the defaults that depend on the ratio: tier 0 at 8 bits, no plain eviction, from 5x up
+    def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
+        # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up)
         if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
         if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
 
@@ -123,8 +124,7 @@ class Stratigraphic(Strategy):
     def top(self, head_dim:int) -> TierSpec: # 8 bits: one scale per row, since rows arrive one at a time
         if self.top_bits not in (16, 8):
             raise ValueError(f"stratigraphic top_bits must be 16 (fp16) or 8 (8 bits per row), got {self.top_bits}")
-        if self.top_bits == 16: return FP16
-        return TierSpec(8, 'token', head_dim, head_dim, symmetric=True, rotate=self.rotate)
+        return FP16 if self.top_bits == 16 else replace(Int8().tiers(head_dim)[1], rotate=self.rotate) # int8's rows
     def tiers(self, head_dim:int):
         return (self.top(head_dim), *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod

@@ -7,15 +7,15 @@ result used, with any shipped calibration window (precision's and the streaming 
 """
 import sys
 import torch
-from kvstrat.core import load_model, load_text, tokenize
+from kvstrat.core import eval_windows, load_model, load_text, tokenize
 from long_context_text import calibration_taken, long_windows
 
 EARLIER_COUNTS = (1, 2, 4, 8, 16) # the --windows of every protocol-P run before
 OLD_LONG_STARTS = (2048, 96024, 200522, 295198) # the 4k windows long_context_text.py wrote before 2026-12-02
 
 def starts(n_tokens:int, n:int, L:int) -> list[int]:
-    "Window starts as `eval_windows` spreads `n` windows of `L` tokens."
-    return torch.linspace(0, n_tokens - L, n).long().tolist() if n > 1 else [0]
+    "Where `eval_windows` starts its `n` windows of `L` tokens in a text of `n_tokens`."
+    return eval_windows(torch.arange(n_tokens), n, L)[:, 0].tolist()
 
 def unread(ids:torch.Tensor, n:int, L:int=1024, long:bool=False) -> list[int]:
     "Indices of the `n`-window run's windows that touch no token an earlier run or a calibration read."
