@@ -23,9 +23,9 @@ from .policy import LayerView, Needs, NEVER_MOVES, Strategy, STRATEGIES, make_st
 from .cache import CompressedCache, CompressedLayer, prefill_cache
 
 # %% auto #0
-__all__ = ['STREAMING_QUERY_BLOCK', 'StreamingState', 'attend_exact', 'HeadPattern', 'streaming_heads', 'classify_heads',
-           'LoraAdapter', 'shipped_calibration', 'index_pattern', 'restrict', 'Streaming', 'StreamingSetup', 'Hybrid',
-           'HybridSetup', 'held_rows', 'held_bytes']
+__all__ = ['STREAMING_QUERY_BLOCK', 'MERGE_ROWS', 'StreamingState', 'attend_exact', 'HeadPattern', 'streaming_heads',
+           'classify_heads', 'LoraAdapter', 'shipped_calibration', 'index_pattern', 'restrict', 'Streaming',
+           'StreamingSetup', 'Hybrid', 'HybridSetup', 'held_rows', 'held_bytes']
 
 # %% ../nbs/12_streaming.ipynb #631500f4
 class StreamingState:
@@ -278,11 +278,14 @@ def _bit_sum(w:torch.Tensor) -> int: # a checksum of `w`'s exact bits: its 32-bi
     b = w.detach().contiguous().view(-1).view(torch.uint8)
     return int(b.view(torch.int32).sum(dtype=torch.int32) if len(b) % 4 == 0 else b.sum(dtype=torch.int64)) # no copy
 
+MERGE_ROWS = 64 # rows of a weight merged at once: every temporary is one small size, so each reuses the last one's
+def _row_blocks(w:torch.Tensor) -> list[slice]: return [slice(r, r + MERGE_ROWS) for r in range(0, len(w), MERGE_ROWS)]
+
 @dataclass
 class LoraAdapter:
     "Low-rank deltas `scale · B @ A` for named linear layers, with metadata saying what they were trained for."
-    A: dict # module name -> (r, in) tensor
-    B: dict # module name -> (out, r) tensor
+    A: dict # module name -> (r, in) tensor, fp16 once loaded: `delta` widens it exactly
+    B: dict # module name -> (out, r) tensor, likewise
     scale: float
     meta: dict
 
@@ -292,17 +295,22 @@ class LoraAdapter:
         save_file({k: v.half() for k, v in tensors.items()}, str(path),
                   metadata={'scale': str(self.scale), 'meta': json.dumps(self.meta)})
 
+    @staticmethod
+    def read_meta(path) -> dict:
+        "What the adapter at `path` was trained for, read without its tensors."
+        with safe_open(str(path), 'pt') as f: return json.loads(f.metadata()['meta'])
+
     @classmethod
     def load(cls, path) -> LoraAdapter:
-        with safe_open(str(path), 'pt') as f:
-            md, t = f.metadata(), {k: f.get_tensor(k).float() for k in f.keys()}
+        with safe_open(str(path), 'pt') as f: # tensors as stored: widened to fp32 they weighed 3.7 MB for SmolLM2's
+            md, t = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
         names = sorted({k.rsplit('.', 1)[0] for k in t})
         return cls({n: t[f'{n}.lora_A'] for n in names}, {n: t[f'{n}.lora_B'] for n in names}, float(md['scale']),
                    json.loads(md['meta']))
 
-    def delta(self, name:str, w:torch.Tensor) -> torch.Tensor: # (out, in) in `w`'s dtype and device
+    def delta(self, name:str, w:torch.Tensor, rows:slice=slice(None)) -> torch.Tensor: # (rows, in) in `w`'s dtype
         a, b = (x[name].to(w.device, torch.float32) for x in (self.A, self.B))
-        return (self.scale * b @ a).to(w.dtype)
+        return (self.scale * b[rows] @ a).to(w.dtype)
 
     @contextmanager
     def merged(self, model):
@@ -311,20 +319,23 @@ class LoraAdapter:
         try:
             with torch.no_grad():
                 for n in self.A:
-                    w = mods[n].weight
-                    d = self.delta(n, w)
-                    merged = w + d
-                    # subtracting the delta restores all but a few elements (0.4 % for SmolLM2's): keep just those
-                    off = ((merged - d) != w).flatten().nonzero().squeeze(1)
-                    kept[n] = (off, w.flatten()[off], _bit_sum(w))
-                    w.copy_(merged)
+                    w, off, orig, bits = mods[n].weight, [], [], _bit_sum(mods[n].weight)
+                    for rows in _row_blocks(w):
+                        block, d = w[rows], self.delta(n, w, rows)
+                        merged = block + d
+                        # subtracting the delta restores all but a few elements (0.4 % for SmolLM2's): keep just those
+                        lost = torch.sub(merged, d, out=d) != block # (rows, in), into `d`: no temporary more
+                        off.append(lost.flatten().nonzero()[:, 0] + rows.start * w.shape[1]); orig.append(block[lost])
+                        block.copy_(merged)
+                    kept[n] = (torch.cat(off), torch.cat(orig), bits)
             yield model
         finally:
             changed = []
             with torch.no_grad():
                 for n, (off, orig, bits) in kept.items():
                     w = mods[n].weight
-                    w.sub_(self.delta(n, w)).view(-1)[off] = orig
+                    for rows in _row_blocks(w): w[rows].sub_(self.delta(n, w, rows))
+                    w.view(-1)[off] = orig
                     if _bit_sum(w) != bits: changed.append(n)
             if changed: raise RuntimeError(f'weights changed while the adapter was merged cannot be restored '
                                            f'exactly: {", ".join(changed)}')
@@ -420,10 +431,11 @@ def calibrated(self:Streaming, cal:Path|None, spec:ModelSpec, sinks:int, window:
                              f"not {sinks} and {window}")
         return zero, None, f'state: {zero.source} (the shipped calibration is for window {params.window})'
     if not self.lora: return params, None, f'state: {params.source}; adapter: off'
-    for f in sorted(cal.glob('lora-*.safetensors')):
-        ad = LoraAdapter.load(f)
-        if ad.meta.get('mask') == mask.int().tolist() and ad.meta.get('window') == window:
-            return params, ad, f'state: {params.source}; adapter: {f.name} ({ad.meta.get("source", "LoRA")})'
+    for f in sorted(cal.glob('lora-*.safetensors')): # the metadata first: only the adapter that fits is loaded
+        meta = LoraAdapter.read_meta(f)
+        if meta.get('mask') == mask.int().tolist() and meta.get('window') == window:
+            note = f'state: {params.source}; adapter: {f.name} ({meta.get("source", "LoRA")})'
+            return params, LoraAdapter.load(f), note
     return params, None, f'state: {params.source}; no adapter for these heads'
 
 # %% ../nbs/12_streaming.ipynb #defc97e5
