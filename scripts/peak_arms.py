@@ -1,0 +1,23 @@
+"""Peak process memory of strategies at two commits, in turns: fresh processes, the bench's own measure.
+
+Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure; before each fresh process PYTHONPATH
+points at that worktree, so the arms can differ in code. The arms take turns, round after round, so that whatever
+else the machine does falls on all of them alike. Prints each round, then each arm's median and its processes (MB):
+    python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
+"""
+import os, statistics, sys
+from kvstrat.bench import fresh_peak_mb
+from kvstrat.core import load_model, load_text, tokenize
+
+if __name__ == '__main__':
+    rounds, length = int(sys.argv[1]), int(sys.argv[2])
+    arms = [a.split('=', 2) for a in sys.argv[3:]]
+    _, tok = load_model('smollm2-135m')
+    ids = tokenize(tok, load_text('austen')[0])[:length]
+    runs = {label: [] for label, _, _ in arms}
+    for i in range(rounds):
+        for label, path, strategy in arms:
+            os.environ['PYTHONPATH'] = path # the fresh process imports kvstrat from this worktree
+            runs[label].append(fresh_peak_mb('smollm2-135m', None, 2, ids, strategy, 32))
+        print(i, {k: round(v[-1]) for k, v in runs.items()}, flush=True)
+    for label, r in runs.items(): print(label, round(statistics.median(r)), [round(x) for x in r])
