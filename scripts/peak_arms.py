@@ -13,7 +13,7 @@ if __name__ == '__main__':
     rounds, length = int(sys.argv[1]), int(sys.argv[2])
     arms = [a.split('=', 2) for a in sys.argv[3:]]
     _, tok = load_model('smollm2-135m')
-    ids = tokenize(tok, load_text('austen')[0])[:length]
+    ids = tokenize(tok, load_text('auto')[0])[:length] # WikiText-2's first tokens where it is found, as the bench's
     runs = {label: [] for label, _, _ in arms}
     for i in range(rounds):
         for label, path, strategy in arms:
