@@ -14,12 +14,7 @@ for s in (Stratigraphic(ratio=6), Stratigraphic(ratio=6, top_bits=16)): # tier 0
     with torch.inference_mode(), cache.attached(m):
         for i in range(0, 4096, 1024):
             m(ids[:, i:i + 1024], cache=cache, use_cache=True, logits_to_keep=1)
-            L = i + 1024
-            fp16 = 30 * 2 * 3 * 64 * 2 * L # SmolLM2: layers, keys and values, KV heads, head_dim, 2 B
-            tier0 = 0 # tier 0's stored tensors: codes, scales, zeros, group sizes, positions, scores
-            for t in (layer.store.tiers[0] for layer in cache.layers):
-                tier0 += sum(x.nbytes for e in (t.k, t.v) if e is not None
-                             for x in (e.data, e.scale, e.zero, e.group_sizes) if x is not None)
-                tier0 += sum(x.nbytes for x in (t.pos, t.score) if x is not None)
+            L, fp16 = i + 1024, cache.fp16_nbytes()
+            tier0 = sum(layer.store.tiers[0].nbytes() for layer in cache.layers) # every stored tensor of tier 0
             out.append(f"{L}: {fp16 / cache.nbytes():.3f}x, tier 0 {tier0 / fp16 * 100:.1f} % of fp16")
     print(f'top_bits={s.top_bits}, plain_eviction={s.plain_eviction}:', ' | '.join(out))
