@@ -281,6 +281,12 @@ def _bit_sum(w:torch.Tensor) -> int: # a checksum of `w`'s exact bits: its 32-bi
 MERGE_ROWS = 64 # rows of a weight merged at once: every temporary is one small size, so each reuses the last one's
 def _row_blocks(w:torch.Tensor) -> list[slice]: return [slice(r, r + MERGE_ROWS) for r in range(0, len(w), MERGE_ROWS)]
 
+def _adapter_header(f, path) -> dict: # `f` a safetensors file open: its metadata, checked to be an adapter's
+    md, needed = f.metadata() or {}, {'scale', 'meta'}
+    if missing := sorted(needed - md.keys()):
+        raise ValueError(f"{path} is not a LoRA adapter saved by kvstrat: its header has no {' or '.join(missing)}")
+    return md
+
 @dataclass
 class LoraAdapter:
     "Low-rank deltas `scale · B @ A` for named linear layers, with metadata saying what they were trained for."
@@ -298,13 +304,15 @@ class LoraAdapter:
     @staticmethod
     def read_meta(path) -> dict:
         "What the adapter at `path` was trained for, read without its tensors."
-        with safe_open(str(path), 'pt') as f: return json.loads(f.metadata()['meta'])
+        with safe_open(str(path), 'pt') as f: return json.loads(_adapter_header(f, path)['meta'])
 
     @classmethod
     def load(cls, path) -> LoraAdapter:
         with safe_open(str(path), 'pt') as f: # tensors as stored: widened to fp32 they weighed 3.7 MB for SmolLM2's
-            md, t = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+            md, t = _adapter_header(f, path), {k: f.get_tensor(k) for k in f.keys()}
         names = sorted({k.rsplit('.', 1)[0] for k in t})
+        if unpaired := [n for n in names if not {f'{n}.lora_A', f'{n}.lora_B'} <= t.keys()]:
+            raise ValueError(f"{path} is not a whole LoRA adapter: {', '.join(unpaired)} lack lora_A or lora_B")
         return cls({n: t[f'{n}.lora_A'] for n in names}, {n: t[f'{n}.lora_B'] for n in names}, float(md['scale']),
                    json.loads(md['meta']))
 
