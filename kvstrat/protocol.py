@@ -13,7 +13,7 @@ from .cache import CompressedCache, prefill_cache
 from .policy import Strategy, make_strategy
 
 # %% auto #0
-__all__ = ['decode_nll', 'decode_ppl', 'paired_delta', 'against_full']
+__all__ = ['decode_nll', 'decode_ppl', 'every_token_compression', 'paired_delta', 'against_full']
 
 # %% ../nbs/09_protocol.ipynb #9d9704e7
 @torch.no_grad()
@@ -65,6 +65,22 @@ def decode_ppl(model, windows:torch.Tensor, strategy:Strategy|str='full', prefil
                 compression=total('compression') / len(parts), cache_bytes=total('cache_bytes'),
                 fp16_bytes=total('fp16_bytes'), seconds=total('seconds'), protocol=dict(name='P', prefill=prefill,
                 chunk=chunk, windows=len(windows), window=windows.shape[1], prefill_only=prefill_only))
+
+# %% ../nbs/09_protocol.ipynb #c0e7a002
+@torch.no_grad()
+def every_token_compression(model, ids:torch.Tensor, # (L,) one window's tokens
+                            strategy:Strategy|str='full', prefill:int=512,
+                            on_context=None, # called as on_context(n, cache) with n tokens in the cache
+                           ) -> torch.Tensor: # (L - prefill,) float64: with prefill, ..., L - 1 tokens in the cache
+    "`fp16_nbytes / nbytes` at every context after `prefill`, the cache fed one token at a time, as in generation."
+    if not 0 < prefill < len(ids): raise ValueError(f"prefill must be in (0, window length {len(ids)}), got {prefill}")
+    cache, ids, out = CompressedCache(model, make_strategy(strategy)), ids[None].to(next(model.parameters()).device), []
+    with cache.attached(model):
+        for n in range(prefill, ids.shape[1]): # the cache is to hold n tokens
+            prefill_cache(model, cache, ids[:, :n] if n == prefill else ids[:, n - 1:n], logits_to_keep=1)
+            out.append(cache.fp16_nbytes() / cache.nbytes())
+            if on_context: on_context(n, cache)
+    return torch.tensor(out, dtype=torch.float64)
 
 # %% ../nbs/09_protocol.ipynb #42e26b20
 def paired_delta(nll, # (W,) each window's mean NLL under a strategy
