@@ -2,8 +2,9 @@
 
 Protocol P measures compression after its prefill and after each chunk of 16 scored tokens. A cache that keeps its
 newest rows unsunk until a whole key group of 32 can sink holds, at those points, either none waiting or 16, never the
-counts in between. This feeds one token at a time from the prefill to the window's end (the bytes held at a context
-follow from the token counts, not the text: the ids are random) and appends one JSON row per strategy to OUT:
+counts in between. This feeds one token at a time from the prefill to the window's end and appends one JSON row per
+strategy to OUT. The ids are random: for most strategies the bytes held at a context follow from the token counts
+alone; where they follow the text (`adaptive`), the mean at protocol P's points misses the committed figure. Each row:
 protocol P's figure as committed, the mean at protocol P's points, the mean over every context, and the rows tier 0
 holds per head at each (tiered caches). Each source is a run directory (its ppl rows, at their prefill and length) or
 a strategy, measured as protocol P's 1k windows hold it (prefill 512, 512 scored). A strategy already in OUT is skipped:
