@@ -12,9 +12,9 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SECTIONS', 'RUN_IMAGES', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes', 'page_title',
            'sidebar_yml', 'write_sidebar', 'pages_markdown', 'md_cell', 'md_table', 'strategies_markdown', 'changed_at',
-           'bench_runs', 'read_rows', 'repo_path', 'run_summary', 'results_markdown', 'results_parts', 'image_output',
-           'show', 'show_results', 'ablation_markdown', 'result_files', 'result_parts', 'ablation_parts',
-           'other_results_parts', 'show_ablation', 'show_other_results']
+           'bench_runs', 'read_rows', 'every_context', 'repo_path', 'run_summary', 'results_markdown', 'results_parts',
+           'image_output', 'show', 'show_results', 'ablation_markdown', 'result_files', 'result_parts',
+           'ablation_parts', 'other_results_parts', 'show_ablation', 'show_other_results']
 
 # %% ../nbs/18_docs.ipynb #2a92b9cd
 def nbs_path() -> Path:
@@ -163,6 +163,13 @@ def read_rows(run) -> list[dict]:
     "The rows of `run/results.jsonl` (none if it is missing)."
     f = Path(run)/'results.jsonl'
     return [json.loads(l) for l in f.read_text(encoding='utf-8').splitlines() if l.strip()] if f.is_file() else []
+
+# %% ../nbs/18_docs.ipynb #e7c0d001
+def every_context(name:str, root=None) -> dict:
+    ("Strategy -> its row of `root/name.jsonl` (default `nbs/results/every-token`) as `scripts/every_token_bytes.py` "
+     "writes them: protocol P's compression, and the compression at every context.")
+    f = Path(root or nbs_path()/'results'/'every-token')/f'{name}.jsonl'
+    return {r['strategy']: r for r in map(json.loads, f.read_text(encoding='utf-8').splitlines())}
 
 # %% ../nbs/18_docs.ipynb #adbdc765
 def repo_path(p, nbs=None) -> str:

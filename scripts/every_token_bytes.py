@@ -33,7 +33,7 @@ for r in rows.values():
     ids = torch.randint(100, 20000, (end,), generator=torch.Generator().manual_seed(0))
     top = [] # rows tier 0 holds per head, over the layers, at each context
     def tier0(n, cache):
-        stores = [layer.store for layer in cache.layers if getattr(layer, 'store', None) is not None]
+        stores = [layer.store for layer in cache.layers if layer.store is not None]
         top.append(statistics.mean(s.tiers[0].counts.float().mean().item() for s in stores) if stores else None)
     every = every_token_compression(m, ids, r['strategy'], prefill, on_context=tier0).tolist()
     points = [i for i in range(len(every)) if i % chunk == 0 or i == len(every) - 1] # after the prefill, each chunk
