@@ -1,4 +1,4 @@
-"""`kvstrat-bench`: every strategy through protocols P (decode-PPL), passkey retrieval and speed, resumable, on one machine.
+"""`kvstrat-bench`: every strategy through protocols P (decode-PPL), passkey retrieval, speed and bytes at every context, resumable, on one machine.
 
 Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 
@@ -19,16 +19,16 @@ from .adapter import ModelSpec
 from .core import eval_windows, load_model, load_text, pick_device, tiny_model, tokenize
 from .cache import CompressedCache, prefill_cache
 from .policy import STRATEGIES, Strategy, make_strategy
-from .protocol import decode_ppl, paired_delta
+from .protocol import decode_ppl, every_token_compression, paired_delta
 from .results import (OutLock, Results, commit_warning, environment, new_row, row_key, short_label,
                              strategy_params)
 
 # %% auto #0
-__all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUESTION', 'SPEED_CHUNK', 'load_strategies',
-           'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress', 'PasskeyCase', 'passkey_case',
-           'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory', 'release_freed_memory',
-           'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench', 'parse_strategies',
-           'random_tokens', 'prepare', 'row_summary', 'OutOfTime']
+__all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUESTION', 'SPEED_CHUNK', 'POOLED',
+           'load_strategies', 'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress', 'PasskeyCase',
+           'passkey_case', 'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory',
+           'release_freed_memory', 'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench',
+           'parse_strategies', 'random_tokens', 'prepare', 'row_summary', 'OutOfTime']
 
 # %% ../nbs/15_bench.ipynb #6ae62601
 def load_strategies() -> dict[str, type]:
@@ -258,6 +258,7 @@ class Bench:
         "The options a protocol's figures depend on (part of the resume key)."
         o = self.opts
         if protocol == 'ppl': return dict(windows=o.windows, prefill=o.prefill, score=o.score, chunk=o.chunk)
+        if protocol == 'bytes': return dict(windows=1, prefill=o.prefill, score=o.score) # the first ppl window
         if protocol == 'passkey':
             return dict(lengths=o.passkey_lengths, depths=o.passkey_depths, trials=o.passkey_trials, seed=o.seed)
         return dict(lengths=o.speed_lengths, decode=o.speed_decode, repeats=o.speed_repeats, chunk=SPEED_CHUNK)
@@ -363,6 +364,18 @@ def run_speed(self:Bench, strategy:Strategy) -> dict:
                     **{k: last[k] for k in ('prefill_tok_s', 'decode_tok_s', 'speed_ratio', 'peak_rss_mb',
                                             'cache_bytes', 'fp16_bytes')})
 
+# %% ../nbs/15_bench.ipynb #b7e5a002
+@patch
+def run_bytes(self:Bench, strategy:Strategy) -> dict:
+    "Mean compression over every context of the first ppl window, fed one token at a time as generation feeds it."
+    o, t0, end = self.opts, time.perf_counter(), {}
+    with tqdm(total=o.score, desc=f'bytes {short_label(strategy)}', unit='tok', leave=False) as bar:
+        def held(n, cache): # the last context's bytes stay in `end`
+            end.update(cache_bytes=cache.nbytes(), fp16_bytes=cache.fp16_nbytes()); bar.update()
+        every = every_token_compression(self.model, self.windows[0], strategy, o.prefill, on_context=held)
+    return self.row(strategy, 'bytes', windows=1, compression=every.mean().item(), seconds=time.perf_counter() - t0,
+                    **end)
+
 # %% ../nbs/15_bench.ipynb #1ced11aa
 def parse_strategies(specs:list[str]|None) -> list[Strategy]:
     "Strategies from `name:key=value,...` texts (None: every registered one), FullKV first, no repeats."
@@ -414,7 +427,8 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
     else:
         text, text_name = _load_text(opts.text)
         ids = tokenize(tok, text)
-    windows = eval_windows(ids, opts.windows, opts.prefill + opts.score) if 'ppl' in opts.protocol else None
+    windows = (eval_windows(ids, opts.windows, opts.prefill + opts.score)
+               if {'ppl', 'bytes'} & set(opts.protocol) else None)
     cases = (passkey_cases(tok, ids, opts.passkey_lengths, opts.passkey_depths, opts.passkey_trials, opts.seed)
              if 'passkey' in opts.protocol else None)
     if 'speed' in opts.protocol and len(ids) < max(opts.speed_lengths):
@@ -443,7 +457,8 @@ def row_summary(row:dict) -> str:
     f = {'ppl': lambda r: f"PPL {r['ppl']:.3f} ({r['delta_ppl_pct']:+.2f}%)",
          'passkey': lambda r: f"passkey {100 * r['passkey_acc']:.0f}%",
          'speed': lambda r: f"decode {r['decode_tok_s']:.1f} tok/s (×{r['speed_ratio']:.2f} FullKV), "
-                            f"peak {r['peak_rss_mb']:.0f} MB"}
+                            f"peak {r['peak_rss_mb']:.0f} MB",
+         'bytes': lambda r: f"every context of {r['settings']['score']} after the prefill"}
     return (f"{row['protocol']:<8}{short_label(row)}: {f[row['protocol']](row)}, "
             f"compression {row['compression']:.2f}×, {row['seconds']:.0f} s")
 
@@ -467,17 +482,19 @@ def failed(self:Bench, protocol:str, strategy:Strategy, e:Exception):
                file=sys.stderr)
 
 # %% ../nbs/15_bench.ipynb #fbee531a
+POOLED = ('ppl', 'passkey') # protocols a pool runs as units of work (`kvstrat.distributed`)
+
 @patch
 def run(self:Bench, strategies:list[Strategy], protocols:list[str], max_rows:int|None=None,
-        pool=None) -> int: # a `kvstrat.distributed` pool: ppl and passkey as units of work there, speed here after
+        pool=None) -> int: # a `kvstrat.distributed` pool: `POOLED` protocols as units of work there, the rest here
     "Measure every (protocol, strategy) not finished yet, appending each row as it finishes; the number of new rows."
     reused = [r for protocol in protocols for s in strategies if (r := self.done(s, protocol))]
     if warning := commit_warning(reused, self.env['git_commit']): tqdm.write(warning, file=sys.stderr)
     new = 0
     if pool is not None: # the driver writes every row; speed timings stay paired on this machine's device
-        new = pool.run(self, strategies, [p for p in protocols if p != 'speed'], max_rows)
+        new = pool.run(self, strategies, [p for p in protocols if p in POOLED], max_rows)
         if self.stopped: return new
-        protocols = [p for p in protocols if p == 'speed']
+        protocols = [p for p in protocols if p not in POOLED]
     for protocol in protocols:
         for s in strategies:
             if self.done(s, protocol):

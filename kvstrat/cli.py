@@ -89,7 +89,7 @@ def _presets(key:str) -> str: # a key of the PRESETS
 SPEED_LENGTHS = [1024, 2048, 4096, 8192] # --speed-lengths' default
 _COST = {'quick': '7.4 minutes for 12 strategies on SmolLM2-135M with 2 idle CPU cores (measured, DIARY.md)',
          'full': f'speed at {_show(SPEED_LENGTHS, True)}; several hours at one thread (ppl ≈ 13 min; '
-                 'passkey ≈ 15 min per strategy, a 4k trial taking ≈ 90 s)'}
+                 'passkey ≈ 15 min per strategy, a 4k trial taking ≈ 90 s; bytes ≈ 30 s per strategy)'}
 
 def _sizes() -> str:
     "The `--size` presets as the options they stand for, for `--help`."
@@ -106,6 +106,7 @@ _DESCRIPTION = """Measure KV-cache strategies on a real model, honestly:
   ppl      protocol P: perplexity while every scored token attends to the compressed cache
   passkey  retrieve a 5-digit key hidden in real text; the haystack is compressed before the question is seen
   speed    prefill and decode tokens/s, bytes held and peak memory at several context lengths
+  bytes    compression at every context of the first ppl window, fed one token at a time as generation feeds it
 FullKV always runs first: it is the reference of every delta and ratio. Rows are appended to OUT/results.jsonl as
 they finish; rerunning with the same --out skips finished runs. OUT/results.md, OUT/report.html (sortable tables, the
 plots inline), OUT/headline.png and OUT/pareto.png are written at the end; `kvstrat-bench report OUT` writes them again

@@ -10,7 +10,7 @@ import argparse, concurrent.futures as cf, json, os, sys, time
 from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
-from .bench import (Bench, OutOfTime, _load, passkey_correct, passkey_trial, release_freed_memory,
+from .bench import (POOLED, Bench, OutOfTime, _load, passkey_correct, passkey_trial, release_freed_memory,
                            row_summary)
 from .policy import STRATEGIES, Strategy
 from .protocol import decode_nll
@@ -109,7 +109,7 @@ _LOADED = {} # this process's Bench, by the options it was loaded from
 def worker_opts(opts:argparse.Namespace, device:str) -> argparse.Namespace:
     "What a worker loads from: the driver's options, on `device` (one torch thread on a CPU), writing nothing."
     return argparse.Namespace(**{**vars(opts), 'device': device, 'threads': 1 if device == 'cpu' else None,
-                                 'protocol': [p for p in opts.protocol if p != 'speed'], 'strategies': ['full'],
+                                 'protocol': [p for p in opts.protocol if p in POOLED], 'strategies': ['full'],
                                  'out': None, 'time_limit': None, 'max_rows': None, 'keep_going': False,
                                  'verbose': 0, 'workers': None, 'ray': None})
 

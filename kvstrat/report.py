@@ -15,8 +15,8 @@ from .results import PROTOCOLS, Locked, OutLock, Results, recorded_param, short_
 
 # %% auto #0
 __all__ = ['FAMILIES', 'FAMILY_COLOURS', 'STRATEGY_COLUMNS', 'preset_name', 'family', 'shown_compression', 'worst_window',
-           'summarize', 'strategy_lines', 'markdown_table', 'table_notes', 'results_table', 'texts_lines',
-           'pareto_front', 'family_fronts', 'plot_pareto', 'plot_headline', 'html_table', 'html_report',
+           'summarize', 'strategy_lines', 'strategy_table', 'markdown_table', 'table_notes', 'results_table',
+           'texts_lines', 'pareto_front', 'family_fronts', 'plot_pareto', 'plot_headline', 'html_table', 'html_report',
            'report_sections', 'write_report', 'report_rows']
 
 # %% ../nbs/16_report.ipynb #881e7753
@@ -80,8 +80,8 @@ def summarize(rows:list[dict]) -> dict[str, dict[str, dict]]:
     for r in rows: out.setdefault(r['strategy'], {})[r['protocol']] = r
     return out
 
-STRATEGY_COLUMNS = ('strategy', 'PPL', 'ΔPPL (±se)', 'ΔPPL %', 'compression', 'passkey', 'decode tok/s ratio',
-                    'worst window ΔNLL')
+STRATEGY_COLUMNS = ('strategy', 'PPL', 'ΔPPL (±se)', 'ΔPPL %', 'compression', 'every context', 'passkey',
+                    'decode tok/s ratio', 'worst window ΔNLL') # every context: protocol bytes' compression
 
 # %% ../nbs/16_report.ipynb #658d44eb
 def strategy_lines(rows:list[dict], # the rows of one (model, text)
@@ -89,16 +89,24 @@ def strategy_lines(rows:list[dict], # the rows of one (model, text)
     "Per strategy: one of its rows and its cells under `STRATEGY_COLUMNS`, each (shown text, sort key)."
     lines = []
     for by in summarize(rows).values():
-        p, k, s = (by.get(name, {}) for name in PROTOCOLS)
+        p, k, s, b = (by.get(name, {}) for name in ('ppl', 'passkey', 'speed', 'bytes'))
         row, se = next(iter(by.values())), p.get('delta_nll_se')
         delta = _f(p.get('delta_ppl'), '+.3f') + ('' if se is None else f" ± {p['ppl'] * se:.3f}")
         comp = next((shown_compression(r) for r in (p, k, s) if r.get('compression') is not None), None)
+        every = shown_compression(b) if b else None
         acc = None if k.get('passkey_acc') is None else 100 * k['passkey_acc']
         lines.append((row, [(preset_name(row), None), _cell(p.get('ppl'), '.3f'), (delta, p.get('delta_ppl')),
                             _cell(p.get('delta_ppl_pct'), '+.2f', '%'), _cell(comp, '.2f', '×'),
-                            _cell(acc, '.0f', '%'), _cell(s.get('speed_ratio'), '.2f'),
+                            _cell(every, '.2f', '×'), _cell(acc, '.0f', '%'), _cell(s.get('speed_ratio'), '.2f'),
                             _cell(worst_window(p, rows) if p else None, '+.3f')]))
     return lines
+
+def strategy_table(rows:list[dict], # the rows of one (model, text)
+                  ) -> tuple[tuple[str, ...], list]:
+    "`STRATEGY_COLUMNS` and `strategy_lines`, without the every-context column where protocol bytes did not run."
+    lines, cut = strategy_lines(rows), STRATEGY_COLUMNS.index('every context')
+    if any(r['protocol'] == 'bytes' for r in rows): return STRATEGY_COLUMNS, lines
+    return STRATEGY_COLUMNS[:cut] + STRATEGY_COLUMNS[cut + 1:], [(r, c[:cut] + c[cut + 1:]) for r, c in lines]
 
 # %% ../nbs/16_report.ipynb #2fa54914
 def markdown_table(columns:tuple[str, ...], lines:list) -> str:
@@ -113,6 +121,10 @@ def table_notes(rows:list[dict]) -> list[str]:
     measured = '' if full is None else f', measured here at {full:.2f}×'
     notes = ["Compression against an fp16 cache. FullKV, the reference, is shown at 1.00×: it stores the model's "
              f"dtype (float32 on the CPU holds 2× the fp16 bytes){measured}"]
+    if any(r['protocol'] == 'bytes' for r in rows):
+        notes.append("Compression is protocol P's, measured after the prefill and each chunk; every context is protocol "
+                     "bytes': the mean over every context of the first window, fed one token at a time as generation "
+                     "holds the cache")
     presets = {preset_name(r): short_label(r) for r in rows}
     if named := [f'`{p}` = `{label}`' for p, label in presets.items() if p != label]:
         notes.append('Presets: ' + ', '.join(named))
@@ -121,7 +133,7 @@ def table_notes(rows:list[dict]) -> list[str]:
 # %% ../nbs/16_report.ipynb #2ad1bff9
 def results_table(rows:list[dict]) -> str:
     "Markdown table of one (model, text), a line per strategy, then its notes."
-    return '\n\n'.join([markdown_table(STRATEGY_COLUMNS, strategy_lines(rows)), *table_notes(rows)])
+    return '\n\n'.join([markdown_table(*strategy_table(rows)), *table_notes(rows)])
 
 # %% ../nbs/16_report.ipynb #954ff416
 def _err_pct(r) -> float: return 100 * math.exp(r['delta_nll'] or 0) * (r['delta_nll_se'] or 0) # se of ΔPPL %
@@ -321,7 +333,7 @@ def report_sections(rows:list[dict]) -> list[dict]:
                                  table=texts_lines(of_model), notes=table_notes(of_model)))
         for text, g in _by(of_model, lambda r: r['text']).items():
             sections.append(dict(title=f'{model} · {text}', settings=_describe(g), notes=table_notes(g),
-                                 table=(STRATEGY_COLUMNS, strategy_lines(g))))
+                                 table=strategy_table(g)))
     return sections
 
 # %% ../nbs/16_report.ipynb #601182d9

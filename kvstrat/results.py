@@ -15,11 +15,11 @@ from .kernels import kernels_available
 from .policy import STRATEGIES, Strategy
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'recorded_param', 'default_beside', 'short_label',
-           'new_row', 'environment', 'row_key', 'Results', 'Locked', 'OutLock', 'commit_warning']
+__all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'recorded_param', 'default_beside', 'ran_strategy',
+           'short_label', 'new_row', 'environment', 'row_key', 'Results', 'Locked', 'OutLock', 'commit_warning']
 
 # %% ../nbs/14_results.ipynb #2d4340bf
-PROTOCOLS = ('ppl', 'passkey', 'speed')
+PROTOCOLS = ('ppl', 'passkey', 'speed', 'bytes')
 
 # %% ../nbs/14_results.ipynb #0a2977b7
 def strategy_params(strategy:Strategy) -> dict: return {f.name: getattr(strategy, f.name) for f in fields(strategy)}
@@ -36,6 +36,13 @@ def default_beside(cls:type, f:Field, # a strategy class and one of its paramete
     others = {g.name: recorded_param(g, params) for g in fields(cls) if g.name != f.name}
     try: return getattr(cls(**others), f.name)
     except (TypeError, ValueError): return f.default # parameters it no longer takes: its plain default
+
+def ran_strategy(row:dict) -> Strategy: # a result row
+    "The strategy as the row ran it: each parameter as recorded, or as it was before it existed (not today's default)."
+    name = row['strategy'].partition(':')[0]
+    if name not in STRATEGIES: raise ValueError(f"row of {row['strategy']!r}: {name!r} is not a registered strategy")
+    cls = STRATEGIES[name]
+    return cls(**{f.name: recorded_param(f, row['params']) for f in fields(cls)})
 
 def short_label(x:Strategy|dict, # a strategy, or a result row
                ) -> str:

@@ -7,27 +7,40 @@ strategy to OUT. The ids are random: for most strategies the bytes held at a con
 alone; where they follow the text (`adaptive`), the mean at protocol P's points misses the committed figure. Each row:
 protocol P's figure as committed, the mean at protocol P's points, the mean over every context, and the rows tier 0
 holds per head at each (tiered caches). Each source is a run directory (its ppl rows, at their prefill and length) or
-a strategy, measured as protocol P's 1k windows hold it (prefill 512, 512 scored). A strategy already in OUT is skipped:
+a strategy, measured as protocol P's 1k windows hold it (or at --prefill and --score). A run's rows replay each
+strategy as it ran (`ran_strategy`: a parameter added since takes the value it had before, not today's default). A
+strategy already in OUT is skipped:
     python scripts/every_token_bytes.py OUT.jsonl nbs/results/bench/headline-1204 stratigraphic:ratio=4.2
+    python scripts/every_token_bytes.py OUT.jsonl --prefill 3584 stratigraphic:length=4096,ratio=6.05
 """
-import json, statistics, sys, torch
+import argparse, json, statistics, torch
 from pathlib import Path
 from kvstrat.core import load_model
 from kvstrat.docs import read_rows
+from kvstrat.policy import make_strategy
 from kvstrat.protocol import every_token_compression
+from kvstrat.results import ran_strategy
 
-out, sources = Path(sys.argv[1]), sys.argv[2:]
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument('out', type=Path)
+p.add_argument('sources', nargs='+', help='run directories or strategies')
+p.add_argument('--prefill', type=int, default=512, help="a named strategy's prefill (default %(default)s)")
+p.add_argument('--score', type=int, default=512, help="a named strategy's scored tokens (default %(default)s)")
+args = p.parse_args()
+out = args.out
 torch.set_num_threads(2)
 m, _ = load_model('smollm2-135m')
 rows = {} # strategy -> its first ppl row (a run holds one per text; the bytes are the same)
-for src in sources:
-    if not Path(src).is_dir(): # a strategy: protocol P's 1k windows
-        rows[src] = dict(strategy=src, compression=None, settings=dict(prefill=512, score=512, chunk=16))
+for src in args.sources:
+    if not Path(src).is_dir(): # a strategy: protocol P's windows at --prefill and --score
+        settings = dict(prefill=args.prefill, score=args.score, chunk=16)
+        rows[src] = dict(strategy=src, compression=None, settings=settings)
     for r in read_rows(src) if Path(src).is_dir() else []:
         if r['protocol'] == 'ppl' and r['strategy'] != 'full': rows.setdefault(r['strategy'], r)
 done = {json.loads(l)['strategy'] for l in out.read_text().splitlines()} if out.exists() else set()
 for r in rows.values():
     if r['strategy'] in done: continue
+    strategy = ran_strategy(r) if 'params' in r else make_strategy(r['strategy'])
     prefill, chunk = r['settings']['prefill'], r['settings']['chunk']
     end = prefill + r['settings']['score']
     ids = torch.randint(100, 20000, (end,), generator=torch.Generator().manual_seed(0))
@@ -35,7 +48,7 @@ for r in rows.values():
     def tier0(n, cache):
         stores = [layer.store for layer in cache.layers if layer.store is not None]
         top.append(statistics.mean(s.tiers[0].counts.float().mean().item() for s in stores) if stores else None)
-    every = every_token_compression(m, ids, r['strategy'], prefill, on_context=tier0).tolist()
+    every = every_token_compression(m, ids, strategy, prefill, on_context=tier0).tolist()
     points = [i for i in range(len(every)) if i % chunk == 0 or i == len(every) - 1] # after the prefill, each chunk
     mean = lambda xs, idx: None if xs[0] is None else statistics.mean(xs[i] for i in idx)
     row = dict(strategy=r['strategy'], prefill=prefill, end=end, chunk=chunk, committed=r['compression'],
