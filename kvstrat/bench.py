@@ -199,7 +199,8 @@ def _one_run_peak_mb(model:str, device:str|None, threads:int|None, ids:torch.Ten
                      decode:int) -> float:
     "`fresh_peak_mb`'s work, in the fresh process."
     if threads: torch.set_num_threads(threads)
-    reuse_freed_memory() # the allocator as `kvstrat-bench` sets it up
+    # glibc's defaults, as a user's process has them, not `reuse_freed_memory`: that steadies the timed runs, and here
+    # it would count where the heap lays out freed blocks as memory in use (research diary, 2026-12-04)
     m, _ = load_bench_model(model, device)
     dev = next(m.parameters()).device
     reset_peak_memory(dev) # the model is loaded: its loading's transient peak is not the run's
@@ -261,7 +262,8 @@ class Bench:
         if protocol == 'bytes': return dict(windows=1, prefill=o.prefill, score=o.score) # the first ppl window
         if protocol == 'passkey':
             return dict(lengths=o.passkey_lengths, depths=o.passkey_depths, trials=o.passkey_trials, seed=o.seed)
-        return dict(lengths=o.speed_lengths, decode=o.speed_decode, repeats=o.speed_repeats, chunk=SPEED_CHUNK)
+        return dict(lengths=o.speed_lengths, decode=o.speed_decode, repeats=o.speed_repeats, chunk=SPEED_CHUNK,
+                    peak_allocator='default') # rows before 2026-12-04 measured peaks with `reuse_freed_memory`
 
     def row(self, strategy:Strategy, protocol:str, **measured) -> dict:
         return new_row(strategy=strategy.label, params=strategy_params(strategy),
