@@ -141,20 +141,25 @@ def _err_pct(r) -> float: return 100 * math.exp(r['delta_nll'] or 0) * (r['delta
 # %% ../nbs/16_report.ipynb #7a7a3614
 def texts_lines(rows:list[dict], # the rows of one model
                ) -> tuple[tuple[str, ...], list]:
-    "Columns and per-strategy lines of a model's ppl rows on each text: ΔPPL % (±se) and the worst window's ΔNLL."
+    ("Columns and per-strategy lines of a model's ppl rows on each text: ΔPPL % (±se) and the worst window's ΔNLL; "
+     "the compression at every context (protocol bytes, its first text) beside protocol P's where it ran.")
     texts, by = list(dict.fromkeys(r['text'] for r in rows if r['protocol'] == 'ppl')), {}
+    every = {} # strategy -> its bytes row on the first text measured
     for r in rows:
         if r['protocol'] == 'ppl': by.setdefault(r['strategy'], {})[r['text']] = r # latest per (strategy, text)
+        if r['protocol'] == 'bytes': every.setdefault(r['strategy'], r)
     lines = []
     for on in by.values():
         row = next(iter(on.values()))
         cells = [(preset_name(row), None), _cell(shown_compression(row), '.2f', '×')]
+        if every: cells.append(_cell(shown_compression(every[row['strategy']]) if row['strategy'] in every else None,
+                                     '.2f', '×'))
         for r in (on.get(t) for t in texts):
             if r is None: cells += [('–', None)] * 2; continue # not measured on this text
             se = '' if r['delta_nll_se'] is None else f' ± {_err_pct(r):.2f}'
             cells += [(f"{r['delta_ppl_pct']:+.2f}{se}%", r['delta_ppl_pct']), _cell(worst_window(r, rows), '+.3f')]
         lines.append((row, cells))
-    return ('strategy', 'compression', *(f'{t} {c}' for t in texts for c in ('ΔPPL %', 'worst window ΔNLL'))), lines
+    return ('strategy', 'compression', *(['every context'] if every else []), *(f'{t} {c}' for t in texts for c in ('ΔPPL %', 'worst window ΔNLL'))), lines
 
 # %% ../nbs/16_report.ipynb #ee21ab2c
 def pareto_front(rows:list[dict], # ppl rows
