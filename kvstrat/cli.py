@@ -89,7 +89,7 @@ def _presets(key:str) -> str: # a key of the PRESETS
 SPEED_LENGTHS = [1024, 2048, 4096, 8192] # --speed-lengths' default
 _COST = {'quick': '7.4 minutes for 12 strategies on SmolLM2-135M with 2 idle CPU cores (measured, DIARY.md)',
          'full': f'speed at {_show(SPEED_LENGTHS, True)}; several hours at one thread (ppl ≈ 13 min; '
-                 'passkey ≈ 15 min per strategy, a 4k trial taking ≈ 90 s; bytes ≈ 30 s per strategy)'}
+                 'passkey ≈ 15 min per strategy, a 4k trial taking ≈ 90 s; bytes ≈ 25 s per strategy at 1k)'}
 
 def _sizes() -> str:
     "The `--size` presets as the options they stand for, for `--help`."
