@@ -122,9 +122,9 @@ def table_notes(rows:list[dict]) -> list[str]:
     notes = ["Compression against an fp16 cache. FullKV, the reference, is shown at 1.00×: it stores the model's "
              f"dtype (float32 on the CPU holds 2× the fp16 bytes){measured}"]
     if any(r['protocol'] == 'bytes' for r in rows):
-        notes.append("Compression is protocol P's, measured after the prefill and each chunk; every context is protocol "
-                     "bytes': the mean over every context of the first window, fed one token at a time as generation "
-                     "holds the cache")
+        notes.append("Compression is protocol P's, measured after the prefill and each chunk; every context is "
+                     "protocol bytes': the mean over every context of the first window, fed one token at a time as "
+                     "generation holds the cache")
     presets = {preset_name(r): short_label(r) for r in rows}
     if named := [f'`{p}` = `{label}`' for p, label in presets.items() if p != label]:
         notes.append('Presets: ' + ', '.join(named))
@@ -159,7 +159,8 @@ def texts_lines(rows:list[dict], # the rows of one model
             se = '' if r['delta_nll_se'] is None else f' ± {_err_pct(r):.2f}'
             cells += [(f"{r['delta_ppl_pct']:+.2f}{se}%", r['delta_ppl_pct']), _cell(worst_window(r, rows), '+.3f')]
         lines.append((row, cells))
-    return ('strategy', 'compression', *(['every context'] if every else []), *(f'{t} {c}' for t in texts for c in ('ΔPPL %', 'worst window ΔNLL'))), lines
+    return ('strategy', 'compression', *(['every context'] if every else []),
+            *(f'{t} {c}' for t in texts for c in ('ΔPPL %', 'worst window ΔNLL'))), lines
 
 # %% ../nbs/16_report.ipynb #ee21ab2c
 def pareto_front(rows:list[dict], # ppl rows
