@@ -375,7 +375,7 @@ def run_bytes(self:Bench, strategy:Strategy) -> dict:
         def held(n, cache): # the last context's bytes stay in `end`
             end.update(cache_bytes=cache.nbytes(), fp16_bytes=cache.fp16_nbytes()); bar.update()
         every = every_token_compression(self.model, self.windows[0], strategy, o.prefill, on_context=held)
-    return self.row(strategy, 'bytes', windows=1, compression=every.mean().item(), seconds=time.perf_counter() - t0,
+    return self.row(strategy, 'bytes', compression=every.mean().item(), seconds=time.perf_counter() - t0,
                     **end)
 
 # %% ../nbs/15_bench.ipynb #1ced11aa

@@ -176,7 +176,9 @@ def test_strategy_modules_are_imported():
 
 NUMBERS = {'ppl': ['windows', 'tokens_scored', 'ppl', 'delta_ppl', 'delta_ppl_pct', 'delta_nll', 'delta_nll_se'],
            'passkey': ['passkey_acc'],
-           'speed': ['prefill_tok_s', 'decode_tok_s', 'speed_ratio', 'peak_rss_mb']}
+           'speed': ['prefill_tok_s', 'decode_tok_s', 'speed_ratio', 'peak_rss_mb'],
+           'bytes': []} # its compression, at every context, and the bytes held at the end
+ROWS = 3 * len(PROTOCOLS) # the `run` fixture's: FullKV, INT4 and KIVI under every protocol
 
 def test_row_schema(run):
     _, rows = run
@@ -200,13 +202,15 @@ def test_row_schema(run):
     assert len(kivi['window_nll']) == 2 and kivi['tokens_scored'] == 2 * 16
     assert set(rows[3]['passkey']) == {'300'} and set(rows[3]['passkey']['300']) == {'0.2', '0.8'}
     assert set(rows[6]['speed']) == {'40', '64'} and rows[6]['speed_ratio'] == 1.0
-    for r in rows[6:]: # each length's FullKV peaks, measured once a run in fresh processes, are beside every row's
+    for r in rows[6:9]: # each length's FullKV peaks, measured once a run in fresh processes, are beside every row's
         assert {L: x['full_peak_rss_mb_runs'] for L, x in r['speed'].items()} == \
             {L: x['peak_rss_mb_runs'] for L, x in rows[6]['speed'].items()}
         for x in r['speed'].values(): # a peak is the median of one fresh process per repeat
             for who in ('', 'full_'):
                 runs, peak = x[f'{who}peak_rss_mb_runs'], x[f'{who}peak_rss_mb']
                 assert len(runs) == len(x['decode_tok_s_runs']) and peak == statistics.median(runs)
+    assert [r['protocol'] for r in rows[9:]] == ['bytes'] * 3 and rows[9]['compression'] == 0.5 # FullKV's float32
+    for r in rows[9:]: assert r['settings'] == {'windows': 1, 'prefill': 32, 'score': 16} # the first window
 
 def test_rows_documented_in_notebook():
     "The notebook's field table and ROW_FIELDS name the same fields, in the same order."
@@ -218,7 +222,7 @@ def test_rows_documented_in_notebook():
 def test_reports_and_plots(run):
     out, rows = run
     md = (out/'results.md').read_text()
-    assert '| strategy | PPL | ΔPPL (±se) | ΔPPL % | compression | passkey | decode tok/s ratio |' in md
+    assert '| strategy | PPL | ΔPPL (±se) | ΔPPL % | compression | every context | passkey | decode tok/s ratio |' in md
     for label in ('full', 'int4', 'kivi:group=16,residual=8'): assert f'| {label} | ' in md
     for f in ('pareto.png', 'headline.png'):
         b = (out/f).read_bytes()
@@ -297,11 +301,11 @@ def test_resume_key_has_device_dtype_and_kernels(run, text, tmp_path):
     out = copy_run(run, tmp_path, lambda r: {**r, **other[r['strategy']]} if r['protocol'] == 'ppl' else r)
     assert main(tiny_args(text, out, '--protocol', 'ppl', '--strategies', 'int4', 'kivi:group=16,residual=8')) == 0
     rows = rows_of(out)
-    assert len(rows) == 9 + 3 and [r['strategy'] for r in rows[9:]] == ['full', 'int4', KIVI]
+    assert len(rows) == ROWS + 3 and [r['strategy'] for r in rows[ROWS:]] == ['full', 'int4', KIVI]
     here = (run[1][0]['device'], 'float32', run[1][0]['cpu_kernels'])
-    assert [(r['device'], r['dtype'], r['cpu_kernels']) for r in rows[9:]] == [here] * 3
+    assert [(r['device'], r['dtype'], r['cpu_kernels']) for r in rows[ROWS:]] == [here] * 3
     assert main(tiny_args(text, out, '--protocol', 'ppl', '--strategies', 'int4', 'kivi:group=16,residual=8')) == 0
-    assert len(rows_of(out)) == 12 # now they are there
+    assert len(rows_of(out)) == ROWS + 3 # now they are there
 
 def test_rows_of_another_commit_are_reused_with_a_warning(run, text, tmp_path, capsys):
     out = copy_run(run, tmp_path, lambda r: dict(r, git_commit='f' * 40 if r['protocol'] == 'ppl' else 'e' * 40))
@@ -310,7 +314,7 @@ def test_rows_of_another_commit_are_reused_with_a_warning(run, text, tmp_path, c
     assert main(tiny_args(text, out, *RUN_ARGS)) == 0
     assert (out/'results.jsonl').read_text() == before # nothing measured again
     warnings = [l for l in capsys.readouterr().err.splitlines() if 'warning' in l]
-    assert len(warnings) == 1 and 'reusing 9 rows measured at another commit (eeeeeeeeee, ffffffffff)' in warnings[0], warnings
+    assert len(warnings) == 1 and f'reusing {ROWS} rows measured at another commit (eeeeeeeeee, ffffffffff)' in warnings[0], warnings
 
 def test_bad_line_does_not_block_resume(run, text, tmp_path, capsys):
     "A row damaged in the middle of the file is set aside and measured again; the others are kept."
@@ -325,7 +329,7 @@ def test_bad_line_does_not_block_resume(run, text, tmp_path, capsys):
     assert (out/'results.rejected.jsonl').read_text() == bad + '\n'
     after = (out/'results.jsonl').read_text().splitlines()
     assert after[:-1] == [lines[0], *lines[2:]] and json.loads(after[-1])['strategy'] == 'int4' # measured again, at the end
-    assert len({(r['protocol'], r['strategy']) for r in map(json.loads, after)}) == len(after) == 9
+    assert len({(r['protocol'], r['strategy']) for r in map(json.loads, after)}) == len(after) == ROWS
 
 def test_report_sets_bad_lines_aside(run, tmp_path, capsys):
     "A bad line anywhere and a partial last line: the report skips both and keeps them aside; new rows append cleanly."
@@ -335,7 +339,7 @@ def test_report_sets_bad_lines_aside(run, tmp_path, capsys):
     assert main(['report', str(out)]) == 0
     err = capsys.readouterr().err
     assert f"skipping line 4 of {out/'results.jsonl'}: not a row" in err
-    assert f"skipping line 11 of {out/'results.jsonl'} (cut short: no line end)" in err
+    assert f"skipping line {ROWS + 2} of {out/'results.jsonl'} (cut short: no line end)" in err
     assert (out/'results.rejected.jsonl').read_text() == '{"oops": 1}\n{"strategy": "kiv\n'
     assert (out/'results.jsonl').read_text() == '\n'.join(lines) + '\n'
     assert (out/'results.md').read_text().count('| int4 | ') == 1
