@@ -2,16 +2,21 @@
 
 Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure; before each fresh process PYTHONPATH
 points at that worktree, so the arms can differ in code. The arms take turns, round after round, so that whatever
-else the machine does falls on all of them alike. Prints each round, then each arm's median and its processes (MB):
+else the machine does falls on all of them alike. Prints each round, then each arm's median and its processes (MB);
+with OUT=FILE.json first, also writes every process's peak there, with the length, the arms and the command
+(`nbs/results/peaks/` holds such files):
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
+    python scripts/peak_arms.py OUT=peaks.json 8 1024 full=/work/wt-a=full hybrid=/work/wt-a=hybrid
 """
-import os, statistics, sys
+import json, os, statistics, sys
 from kvstrat.bench import fresh_peak_mb
 from kvstrat.core import load_model, load_text, tokenize
 
 if __name__ == '__main__':
-    rounds, length = int(sys.argv[1]), int(sys.argv[2])
-    arms = [a.split('=', 2) for a in sys.argv[3:]]
+    argv = sys.argv[1:]
+    out = argv.pop(0).removeprefix('OUT=') if argv and argv[0].startswith('OUT=') else None
+    rounds, length = int(argv[0]), int(argv[1])
+    arms = [a.split('=', 2) for a in argv[2:]]
     _, tok = load_model('smollm2-135m')
     ids = tokenize(tok, load_text('auto')[0])[:length] # WikiText-2's first tokens where it is found, as the bench's
     runs = {label: [] for label, _, _ in arms}
@@ -21,3 +26,9 @@ if __name__ == '__main__':
             runs[label].append(fresh_peak_mb('smollm2-135m', None, 2, ids, strategy, 32))
         print(i, {k: round(v[-1]) for k, v in runs.items()}, flush=True)
     for label, r in runs.items(): print(label, round(statistics.median(r)), [round(x) for x in r])
+    if out:
+        with open(out, 'w') as f:
+            json.dump(dict(what='peak RSS (MB) of one fresh-process speed_once run each (fresh_peak_mb, 2 threads, 32 '
+                                'decoded tokens), arms taking turns round after round; the first tokens of WikiText-2 '
+                                'as the bench takes them', length=length, arms=arms,
+                           command='python scripts/peak_arms.py ' + ' '.join(sys.argv[1:]), runs=runs), f, indent=1)
