@@ -4,7 +4,8 @@ Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure; b
 points at that worktree, so the arms can differ in code. The arms take turns, round after round, so that whatever
 else the machine does falls on all of them alike. Prints each round, then each arm's median and its processes (MB);
 with OUT=FILE.json first, also writes every process's peak there, with the length, the arms and the command
-(`nbs/results/peaks/` holds such files):
+(`nbs/results/peaks/` holds such files), and the glibc allocator settings
+(`MALLOC_*`, `GLIBC_TUNABLES`) the fresh processes inherited:
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
     python scripts/peak_arms.py OUT=peaks.json 8 1024 full=/work/wt-a=full hybrid=/work/wt-a=hybrid
 """
@@ -31,4 +32,7 @@ if __name__ == '__main__':
             json.dump(dict(what='peak RSS (MB) of one fresh-process speed_once run each (fresh_peak_mb, 2 threads, 32 '
                                 'decoded tokens), arms taking turns round after round; the first tokens of WikiText-2 '
                                 'as the bench takes them', length=length, arms=arms,
-                           command='python scripts/peak_arms.py ' + ' '.join(sys.argv[1:]), runs=runs), f, indent=1)
+                           command='python scripts/peak_arms.py ' + ' '.join(sys.argv[1:]),
+                           allocator_env={k: v for k, v in os.environ.items()
+                                          if k.startswith(('MALLOC_', 'GLIBC_TUNABLES'))},
+                           runs=runs), f, indent=1)
