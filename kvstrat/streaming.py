@@ -320,33 +320,36 @@ class LoraAdapter:
         a, b = (x[name].to(w.device, torch.float32) for x in (self.A, self.B))
         return (self.scale * b[rows] @ a).to(w.dtype)
 
+    def _merge(self, name:str, w:torch.Tensor) -> tuple: # (N,), (N,): where subtracting the delta again will not
+        "Add `name`'s delta to `w` in place, block by block; return the flat offsets and originals it would lose."
+        off, orig = [], []
+        for rows in _row_blocks(w):
+            block, d = w[rows], self.delta(name, w, rows)
+            merged = block + d
+            # subtracting the delta restores all but a few elements (0.4 % for SmolLM2's): keep just those
+            lost = torch.sub(merged, d, out=d) != block # (rows, in), into `d`: no temporary more
+            off.append(lost.flatten().nonzero()[:, 0] + rows.start * w.shape[1]); orig.append(block[lost])
+            block.copy_(merged)
+        return torch.cat(off), torch.cat(orig)
+
+    def _unmerge(self, name:str, w:torch.Tensor, off, orig): # `_merge` undone: exactly, given what it returned
+        for rows in _row_blocks(w): w[rows].sub_(self.delta(name, w, rows))
+        w.view(-1)[off] = orig
+
     @contextmanager
     def merged(self, model):
         "Scope in which `model`'s weights include the deltas; the originals are restored exactly afterwards."
         mods, kept = dict(model.named_modules()), {}
         try:
             with torch.no_grad():
-                for n in self.A:
-                    w, off, orig, bits = mods[n].weight, [], [], _bit_sum(mods[n].weight)
-                    for rows in _row_blocks(w):
-                        block, d = w[rows], self.delta(n, w, rows)
-                        merged = block + d
-                        # subtracting the delta restores all but a few elements (0.4 % for SmolLM2's): keep just those
-                        lost = torch.sub(merged, d, out=d) != block # (rows, in), into `d`: no temporary more
-                        off.append(lost.flatten().nonzero()[:, 0] + rows.start * w.shape[1]); orig.append(block[lost])
-                        block.copy_(merged)
-                    kept[n] = (torch.cat(off), torch.cat(orig), bits)
+                for n in self.A: kept[n] = (_bit_sum(mods[n].weight), *self._merge(n, mods[n].weight))
             yield model
         finally:
-            changed = []
             with torch.no_grad():
-                for n, (off, orig, bits) in kept.items():
-                    w = mods[n].weight
-                    for rows in _row_blocks(w): w[rows].sub_(self.delta(n, w, rows))
-                    w.view(-1)[off] = orig
-                    if _bit_sum(w) != bits: changed.append(n)
-            if changed: raise RuntimeError(f'weights changed while the adapter was merged cannot be restored '
-                                           f'exactly: {", ".join(changed)}')
+                for n, (_, off, orig) in kept.items(): self._unmerge(n, mods[n].weight, off, orig)
+            if changed := [n for n, (bits, _, _) in kept.items() if _bit_sum(mods[n].weight) != bits]:
+                raise RuntimeError(f'weights changed while the adapter was merged cannot be restored exactly: '
+                                   f'{", ".join(changed)}')
 
 # %% ../nbs/12_streaming.ipynb #031444ad
 def shipped_calibration(spec:ModelSpec) -> Path|None:
