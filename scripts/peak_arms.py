@@ -13,25 +13,29 @@ import json, os, statistics, sys
 from kvstrat.bench import fresh_peak_mb
 from kvstrat.core import load_model, load_text, tokenize
 
+THREADS, DECODE = 2, 32 # each fresh process's torch threads and decoded tokens, as the bench's speed runs
+
 if __name__ == '__main__':
     argv = sys.argv[1:]
     out = argv.pop(0).removeprefix('OUT=') if argv and argv[0].startswith('OUT=') else None
-    rounds, length = int(argv[0]), int(argv[1])
     arms = [a.split('=', 2) for a in argv[2:]]
+    if len(argv) < 3 or not (argv[0].isdigit() and argv[1].isdigit()) or any(len(a) != 3 for a in arms):
+        sys.exit(f'usage: [OUT=FILE.json] ROUNDS LENGTH LABEL=DIR=STRATEGY...\n{__doc__}')
+    rounds, length = int(argv[0]), int(argv[1])
     _, tok = load_model('smollm2-135m')
     ids = tokenize(tok, load_text('auto')[0])[:length] # WikiText-2's first tokens where it is found, as the bench's
     runs = {label: [] for label, _, _ in arms}
     for i in range(rounds):
         for label, path, strategy in arms:
             os.environ['PYTHONPATH'] = path # the fresh process imports kvstrat from this worktree
-            runs[label].append(fresh_peak_mb('smollm2-135m', None, 2, ids, strategy, 32))
+            runs[label].append(fresh_peak_mb('smollm2-135m', None, THREADS, ids, strategy, DECODE))
         print(i, {k: round(v[-1]) for k, v in runs.items()}, flush=True)
     for label, r in runs.items(): print(label, round(statistics.median(r)), [round(x) for x in r])
     if out:
         with open(out, 'w') as f:
-            json.dump(dict(what='peak RSS (MB) of one fresh-process speed_once run each (fresh_peak_mb, 2 threads, 32 '
-                                'decoded tokens), arms taking turns round after round; the first tokens of WikiText-2 '
-                                'as the bench takes them', length=length, arms=arms,
+            json.dump(dict(what=f'peak RSS (MB) of one fresh-process speed_once run each (fresh_peak_mb, {THREADS} '
+                                f'threads, {DECODE} decoded tokens), arms taking turns round after round; the first '
+                                'tokens of WikiText-2 as the bench takes them', length=length, arms=arms,
                            command='python scripts/peak_arms.py ' + ' '.join(sys.argv[1:]),
                            allocator_env={k: v for k, v in os.environ.items()
                                           if k.startswith(('MALLOC_', 'GLIBC_TUNABLES'))},
