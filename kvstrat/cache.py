@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/cache.html.md"""
 
 # %% ../nbs/07_cache.ipynb #c176e5da
 from __future__ import annotations
-import weakref
+import warnings, weakref
 from collections import Counter
 from contextlib import contextmanager
 from functools import partial
@@ -20,7 +20,7 @@ from .attention import TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_head
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
-__all__ = ['CompressedLayer', 'exact_attention', 'kvstrat_attention', 'prefill_cache', 'CompressedCache']
+__all__ = ['CompressedLayer', 'check_padding', 'exact_attention', 'kvstrat_attention', 'prefill_cache', 'CompressedCache']
 
 # %% ../nbs/07_cache.ipynb #c28f5e1d
 class CompressedLayer(CacheLayerMixin):
@@ -192,6 +192,19 @@ def nbytes(self:CompressedLayer) -> int:
 @patch
 def kept(self:CompressedLayer) -> torch.Tensor: return self.store.kept() # (B, H_kv) tokens each head holds
 
+# %% ../nbs/07_cache.ipynb #e7a1b2c3
+def check_padding(strategy:Strategy, mask:torch.Tensor|None, # (B, S) the model's 2-D mask: 0 at padding tokens
+                  batch:int, tokens:int): # the chunk's rows, and tokens so far with the chunk's
+    "A mask of one column per token so far; a warning where left padding changes what `strategy` stores."
+    if mask is None: return
+    if tuple(mask.shape) != (batch, tokens):
+        raise ValueError(f"the padding mask is {tuple(mask.shape)}, not (batch {batch}, tokens {tokens}): one column "
+                         "per token so far, this chunk's included")
+    if strategy.by_position and not mask[:, 0].bool().all(): # shown once: the same warning from the same line
+        warnings.warn(f"{strategy.name} places tokens by absolute position (sinks, windows, budgets, key groups), and "
+                      "a left-padded row's padding counts: that row is not compressed as the same prompt alone. "
+                      "Batch prompts of equal length (or one at a time) for per-prompt results.", stacklevel=3)
+
 # %% ../nbs/07_cache.ipynb #4e5b2565
 def exact_attention(module, layer, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2: the layer's last T tokens
                     padding, dropout:float, scaling:float, sliding_window:int|None,
@@ -216,6 +229,7 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
     padding = None if attention_mask is None or attention_mask.bool().all() else attention_mask.bool().to(query.device)
     scaling, layer = scaling or query.shape[-1] ** -0.5, cache.layers[module.layer_idx]
     if isinstance(layer, CompressedLayer):
+        check_padding(layer.strategy, attention_mask, query.shape[0], layer.get_seq_length() + query.shape[2])
         if dropout: raise ValueError(f"layer {module.layer_idx} asks for attention dropout {dropout}: a compressed "
                                      "layer attends without dropout (use model.eval())")
         if sliding_window: raise ValueError(f"layer {module.layer_idx} has a sliding window {sliding_window}, which a "

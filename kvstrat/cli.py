@@ -10,6 +10,7 @@ import argparse, sys, textwrap
 from contextlib import nullcontext
 import torch
 from fastcore.imports import in_notebook
+from .core import check_device
 from .results import PROTOCOLS
 from .report import write_report
 from .bench import prepare, reuse_freed_memory, strategy_help
@@ -34,7 +35,7 @@ def _count(s:str) -> int:
 def _tokens(s:str) -> int:
     "A token count: `2048` or `2k`."
     try: n = round(float(s[:-1]) * 1024) if s.lower().endswith('k') else int(s)
-    except ValueError: n = 0
+    except (ValueError, OverflowError): n = 0 # OverflowError: 'infk'
     if n < 1: raise argparse.ArgumentTypeError(f"expected a token count such as 2048 or 2k, got {s!r}")
     return n
 
@@ -62,16 +63,9 @@ class _Parser(argparse.ArgumentParser):
 
 # %% ../nbs/17_cli.ipynb #b71035f0
 def _device(s:str) -> str:
-    "A `--device` that exists here: 'cpu', 'cuda', 'cuda:1', 'mps', ..."
-    try: dev = torch.device(s)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"not a torch device: {s!r} (e.g. 'cpu', 'cuda')") from None
-    if dev.type == 'cpu': return s
-    backend = getattr(torch, dev.type, None) # torch.cuda, torch.mps, torch.xpu, ...
-    if not (hasattr(backend, 'is_available') and backend.is_available()):
-        raise argparse.ArgumentTypeError(f"{s!r}: no {dev.type} device is available here (torch {torch.__version__})")
-    if dev.index is not None and dev.index >= backend.device_count():
-        raise argparse.ArgumentTypeError(f"{s!r}: there are {backend.device_count()} {dev.type} devices here")
+    "A `--device` that exists here (`check_device`)."
+    try: check_device(s)
+    except ValueError as e: raise argparse.ArgumentTypeError(str(e)) from None
     return s
 
 # %% ../nbs/17_cli.ipynb #357e9391

@@ -14,17 +14,31 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from .adapter import ModelSpec
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'pick_device', 'cache_dir', 'package_data',
-           'ModelSource', 'describe_model', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'load_model',
-           'tiny_model', 'shape_model', 'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity',
-           'chunked_logits']
+__all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'check_device', 'pick_device', 'cache_dir',
+           'package_data', 'read_json', 'ModelSource', 'describe_model', 'embedded_gguf', 'convert_gguf',
+           'resolve_model', 'load_model', 'tiny_model', 'shape_model', 'load_text', 'tokenize', 'eval_windows',
+           'window_nll', 'perplexity', 'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
+def check_device(name:str|torch.device) -> torch.device:
+    "`name` as a device that exists here: 'cpu', 'cuda', 'cuda:1', 'mps', ...; otherwise a `ValueError` saying why."
+    try: dev = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"not a torch device: {name!r} (e.g. 'cpu', 'cuda')") from None
+    if dev.type in ('cpu', 'meta'): return dev # always present ('meta': shapes without memory)
+    backend = getattr(torch, dev.type, None) # torch.cuda, torch.mps, torch.xpu, ...
+    if not (hasattr(backend, 'is_available') and backend.is_available()):
+        raise ValueError(f"{str(name)!r}: no {dev.type} device is available here (torch {torch.__version__})")
+    if dev.index is not None and dev.index >= backend.device_count():
+        raise ValueError(f"{str(name)!r}: there are {backend.device_count()} {dev.type} devices here")
+    return dev
+
+# %% ../nbs/00_core.ipynb #c4d1a9e2
 def pick_device(device:str|None=None, # 'cuda', 'cpu', ... or None: CUDA when present, else CPU
                 dtype:torch.dtype|str|None=None, # None: bfloat16 on CUDA, float32 on CPU
                ) -> tuple[torch.device, torch.dtype]:
     "The device and dtype every kvstrat entry point uses."
-    dev = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    dev = check_device(device) if device else torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     if isinstance(dtype, str): dtype = getattr(torch, dtype)
     if dtype is None: dtype = torch.bfloat16 if dev.type == 'cuda' else torch.float32
     return dev, dtype
@@ -41,6 +55,16 @@ def cache_dir(*parts:str) -> Path:
 def package_data(*parts:str) -> Path:
     "A path under the package's `data/` directory."
     return Path(str(importlib.resources.files('kvstrat'))).joinpath('data', *parts)
+
+# %% ../nbs/00_core.ipynb #d51f0a02
+def read_json(path, kind:str, # what the file should hold, for the error: 'calibration', 'profile', ...
+              keys:tuple[str, ...]) -> dict: # the fields it must have
+    "The JSON object in `path`, holding `keys`; otherwise a `ValueError` that names the file and what is wrong."
+    try: d = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{kind} {path} is not JSON: {e}") from None
+    missing = [k for k in keys if k not in d] if isinstance(d, dict) else ['a JSON object']
+    if missing: raise ValueError(f"{kind} {path} is not a kvstrat {kind}: it lacks {', '.join(missing)}")
+    return d
 
 # %% ../nbs/00_core.ipynb #4ccd95a9
 @dataclass(frozen=True)
@@ -118,7 +142,12 @@ def resolve_model(name:str='smollm2-135m', # alias, hub id or local directory
                  ) -> tuple[str, str]:
     "`(path_or_hub_id, source)` for `from_pretrained`; raises with instructions when nothing is available."
     if Path(name).is_dir(): return str(name), f'directory {name}'
+    if name.startswith(('/', './', '../', '~')) or Path(name).is_file(): # a path, not a hub id
+        raise FileNotFoundError(f"Model directory {name!r} does not exist (or is not a directory)")
     src = MODEL_ALIASES.get(name)
+    if not src and '/' not in name:
+        raise FileNotFoundError(f"Model {name!r} is not a directory, a hub id (ORG/NAME) or an alias "
+                                f"({', '.join(MODEL_ALIASES)})")
     hub = src.hub if src else name
     if _hub_cached(hub): return hub, f'hub cache {hub}'
     if src and (g := embedded_gguf(src)): return str(convert_gguf(g)), f'{src.gguf} from PyPI {src.pip_name}'

@@ -90,6 +90,8 @@ NEVER_MOVES = 1 << 62 # `quiet_steps` of a rule whose `assign` never moves a row
 class Strategy:
     "Base strategy: everything stays in tier 0 (fp)."
     name: ClassVar[str] = 'base'
+    # places rows by absolute position (sinks, windows, budgets, key groups), so a left-padded row's padding counts
+    by_position: ClassVar[bool] = True
 
     def needs(self) -> Needs: return Needs()
     def tiers(self, head_dim:int) -> tuple[TierSpec, ...]: return (replace(FP16, fp_dtype=self.needs().fp_dtype),)

@@ -6,12 +6,12 @@ Docs: https://kvstrat.github.io/kvstrat/sensitivity.html.md"""
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000003
 from __future__ import annotations
-import argparse, json, math, sys, time
+import argparse, json, math, os, sys, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .core import load_model, load_text, package_data, tokenize
+from .core import check_device, load_model, load_text, package_data, read_json, tokenize
 from .adapter import ModelSpec, batch_repeated
 from .store import TierSpec, decode_rows, encode_rows
 from .linear_attention import attention_override, causal_attention, model_shape
@@ -178,10 +178,12 @@ class Sensitivity:
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
 def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
     "A saved `Sensitivity`; with `spec`, an error unless it was measured on a model of that shape."
-    d = json.loads(Path(path).read_text())
-    s = Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
-                    None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
-                    None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'), d.get('residual'))
+    d = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'))
+    try: s = Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
+                         None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
+                         None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'),
+                         d.get('residual'))
+    except (TypeError, ValueError, RuntimeError) as e: raise ValueError(f"calibration {path} is malformed: {e}") from None
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
                          f"head_dim), but this model is {model_shape(spec)}: measure one with "
@@ -275,6 +277,29 @@ def calibration_set(tokenizer, texts:list[str], windows:int, length:int, repeat:
     "`(len(texts)·windows, length)` calibration windows: `copy_windows` of each text, in turn."
     return torch.cat([copy_windows(tokenize(tokenizer, load_text(t)[0]), windows, length, repeat) for t in texts])
 
+# %% ../nbs/11b_sensitivity.ipynb #a1000031
+def _residual(s:str) -> int|None:
+    "`--residual`: a token count, or 'none'."
+    if s == 'none': return None
+    try: return int(s)
+    except ValueError: raise argparse.ArgumentTypeError(f"expected a token count or 'none', got {s!r}") from None
+
+def _check_options(o):
+    "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
+    if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
+    for name in ('windows', 'length', 'repeat', 'group', 'evict_length', 'threads'):
+        if (n := getattr(o, name)) is not None and n < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {n}")
+    for name in ('window', 'residual'):
+        if (n := getattr(o, name)) is not None and n < 0: raise ValueError(f"--{name} must be >= 0, got {n}")
+    lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if o.window and not o.only_widths else [])
+    for name, n in lengths:
+        if not o.repeat < n // 2: raise ValueError(f"--repeat must be below half of --{name} ({n // 2}), got {o.repeat}")
+    if o.device: check_device(o.device)
+    out = Path(o.out)
+    if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise ValueError(f"--out {o.out}: not a file that can be written in an existing directory")
+
 # %% ../nbs/11b_sensitivity.ipynb #a1000024
 def main(argv=None) -> int:
     "`kvstrat-calibrate`: measure a model's per-head precision sensitivity and write it as JSON."
@@ -292,14 +317,14 @@ def main(argv=None) -> int:
     p.add_argument('--only-eviction', action='store_true',
                    help="keep the width costs in --out (measured on these windows) and measure eviction alone")
     p.add_argument('--only-widths', action='store_true', help="keep the eviction costs in --out, measure widths alone")
-    p.add_argument('--residual', type=lambda s: None if s == 'none' else int(s), default=12,
+    p.add_argument('--residual', type=_residual, default=12,
                    help="newest tokens (stratigraphic:residual) each query reads at fp16, with the rest of their key "
                    "group, while the widths are measured, as the cache holds them; 'none': only the sinks")
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
-    if o.threads: torch.set_num_threads(o.threads)
     try:
-        if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
+        _check_options(o)
+        if o.threads: torch.set_num_threads(o.threads)
         kept = load_sensitivity(o.out) if o.only_eviction or o.only_widths else None
         family = FormatFamily(key_group=o.group, rotate=o.rotate)
         if kept is not None and kept.family != family:

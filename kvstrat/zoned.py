@@ -24,7 +24,7 @@ from .importance import *
 
 # %% auto #0
 __all__ = ['SCHEDULES', 'ANCHOR', 'row_bytes', 'basis_bytes', 'layer_weights', 'HeadProfile', 'calibrate_profile', 'parse_zones',
-           'Zoned', 'StratPlan', 'zone_history', 'Adaptive', 'sweep', 'sweep_table']
+           'Zoned', 'StratPlan', 'check_group', 'zone_history', 'Adaptive', 'sweep', 'sweep_table']
 
 # %% ../nbs/11c_zoned.ipynb #951ab14a
 def row_bytes(spec:TierSpec, head_dim:int, keep_pos:bool=True, keep_score:bool=True) -> float:
@@ -69,9 +69,10 @@ class HeadProfile:
                                           'stat': None if self.stat is None else self.stat.tolist()}, indent=1))
     @classmethod
     def load(cls, path, spec:ModelSpec|None=None) -> HeadProfile:
-        d = json.loads(Path(path).read_text())
-        p = cls(torch.tensor(d['weights'], dtype=torch.float32),
-                None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', ''))
+        d = read_json(path, 'profile', ('weights',))
+        try: p = cls(torch.tensor(d['weights'], dtype=torch.float32),
+                     None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', ''))
+        except (TypeError, ValueError, RuntimeError) as e: raise ValueError(f"profile {path} is malformed: {e}") from None
         if spec is not None and tuple(p.weights.shape) != (spec.n_layers, spec.n_kv_heads):
             raise ValueError(f"profile {path} is for {tuple(p.weights.shape)} (layers, KV heads), "
                              f"but the model has ({spec.n_layers}, {spec.n_kv_heads})")
@@ -168,6 +169,12 @@ class StratPlan:
     profile: str # where the per-head weights came from
     short_warned: list = field(default_factory=list) # a warning that the target is out of reach was given (once)
 
+# %% ../nbs/11c_zoned.ipynb #a7c1e0d1
+def check_group(group:int, head_dim:int):
+    "A zone's group size must be a positive divisor of `head_dim`: whole groups tile each row."
+    if not (isinstance(group, int) and group >= 1 and head_dim % group == 0):
+        raise ValueError(f"group must be a positive divisor of head_dim {head_dim}, got {group}")
+
 # %% ../nbs/11c_zoned.ipynb #e0e1c004
 @patch
 def prepare(self:Zoned, spec:ModelSpec) -> StratPlan:
@@ -176,7 +183,7 @@ def prepare(self:Zoned, spec:ModelSpec) -> StratPlan:
     if not 0 < self.anchor_pct <= 1 or not 0 <= self.anchor_cap <= 1:
         raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
     if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
-    if spec.head_dim % self.group: raise ValueError(f"group {self.group} must divide head_dim {spec.head_dim}")
+    check_group(self.group, spec.head_dim)
     if not 0 <= self.bedrock <= spec.head_dim:
         raise ValueError(f"bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
     specs, profile = self.tiers(spec.head_dim), self.resolve_profile(spec)
@@ -315,8 +322,7 @@ class Adaptive(Strategy):
     def needs(self): return Needs(attention=True, scores=True, one_way=False)
     @classmethod
     def example(cls): return cls(group=16)
-    def prepare(self, spec):
-        if spec.head_dim % self.group: raise ValueError(f"group {self.group} must divide head_dim {spec.head_dim}")
+    def prepare(self, spec): check_group(self.group, spec.head_dim)
     def tiers(self, head_dim:int):
         return (FP16, TierSpec(8, 'token', self.group, self.group), TierSpec(4, 'channel', self.group, self.group))
     def observe(self, view, probs): return accumulate_attention(view.score, probs)

@@ -7,6 +7,7 @@ Adding a strategy is one class: `EveryOtherOld` below is defined here and nowher
 like every other registered strategy."""
 from dataclasses import dataclass
 from typing import ClassVar
+import warnings
 import pytest, torch
 from transformers import DynamicCache
 from kvstrat.core import tiny_model, TINY_LAYOUTS
@@ -113,10 +114,13 @@ def test_batch_with_padding(name, layout):
     model, strategy = _model(layout), _strategy(name, layout)
     ids = torch.randint(1, 256, (2, 40))
     mask = torch.ones_like(ids); mask[1, :5] = 0; ids[1, :5] = 0 # left padding of the second row
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
         out = _generate(model, CompressedCache(model, strategy), ids, attention_mask=mask)
     assert out.sequences.shape == (2, 46) and torch.isfinite(torch.stack(out.logits)).all()
-    if name == 'full': # the padded row equals the same prompt run alone
+    # a strategy that places rows by position says so; one that does not compresses the padded row as if alone
+    assert any('left-padded row' in str(w.message) for w in caught) == strategy.by_position
+    if not strategy.by_position:
         alone = _generate(model, CompressedCache(model, strategy), ids[1:, 5:])
         torch.testing.assert_close(torch.stack(out.logits)[:, 1], torch.stack(alone.logits)[:, 0], atol=1e-4, rtol=1e-4)
 
