@@ -429,6 +429,9 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
     else:
         text, text_name = _load_text(opts.text)
         ids = tokenize(tok, text)
+        if len(ids) and int(ids.max()) >= (vocab := model.config.get_text_config().vocab_size):
+            raise ValueError(f"the tokenizer gives token id {int(ids.max())}, past the model's vocabulary of {vocab}: "
+                             "tokenizer and model do not belong together")
     windows = (eval_windows(ids, opts.windows, opts.prefill + opts.score)
                if {'ppl', 'bytes'} & set(opts.protocol) else None)
     cases = (passkey_cases(tok, ids, opts.passkey_lengths, opts.passkey_depths, opts.passkey_trials, opts.seed)

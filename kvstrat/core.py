@@ -61,7 +61,8 @@ def read_json(path, kind:str, # what the file should hold, for the error: 'calib
               keys:tuple[str, ...]) -> dict: # the fields it must have
     "The JSON object in `path`, holding `keys`; otherwise a `ValueError` that names the file and what is wrong."
     try: d = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{kind} {path} is not JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{kind} {path} is not JSON: {e}") from None
     missing = [k for k in keys if k not in d] if isinstance(d, dict) else ['a JSON object']
     if missing: raise ValueError(f"{kind} {path} is not a kvstrat {kind}: it lacks {', '.join(missing)}")
     return d

@@ -91,6 +91,7 @@ def strategy_lines(rows:list[dict], # the rows of one (model, text)
     for by in summarize(rows).values():
         p, k, s, b = (by.get(name, {}) for name in ('ppl', 'passkey', 'speed', 'bytes'))
         row, se = next(iter(by.values())), p.get('delta_nll_se')
+        if p.get('ppl') is None: se = None # its ± is in ppl units
         delta = _f(p.get('delta_ppl'), '+.3f') + ('' if se is None else f" ± {p['ppl'] * se:.3f}")
         comp = next((shown_compression(r) for r in (p, k, s) if r.get('compression') is not None), None)
         every = shown_compression(b) if b else None

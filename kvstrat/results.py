@@ -101,12 +101,20 @@ def row_key(row:dict) -> str:
 
 # %% ../nbs/14_results.ipynb #6d16fee1
 _REQUIRED = dict(strategy=str, protocol=str, params=dict, settings=dict) # what every row has, of these types
+_NUMBERS = ('windows', 'tokens_scored', 'ppl', 'delta_ppl', 'delta_ppl_pct', 'delta_nll', 'delta_nll_se', 'compression',
+            'cache_bytes', 'fp16_bytes', 'passkey_acc', 'prefill_tok_s', 'decode_tok_s', 'speed_ratio', 'peak_rss_mb',
+            'seconds') # each a number where a row has it
 
 def _row(line:bytes) -> dict:
     "The row one line of `results.jsonl` holds, with the fields added since it was written null; ValueError if none."
     row = json.loads(line.decode('utf-8')) # a JSONDecodeError or a UnicodeDecodeError: both are ValueErrors
     if not (isinstance(row, dict) and all(isinstance(row.get(k), t) for k, t in _REQUIRED.items())):
         raise ValueError('not a row: ' + ', '.join(f'{k} must be a {t.__name__}' for k, t in _REQUIRED.items()))
+    if row['protocol'] not in PROTOCOLS:
+        raise ValueError(f"not a row: protocol {row['protocol']!r} is none of {', '.join(PROTOCOLS)}")
+    number = lambda v: v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+    if bad := [k for k in _NUMBERS if not number(row.get(k))]:
+        raise ValueError(f"not a row: {', '.join(bad)} not numbers")
     return {**dict.fromkeys(ROW_FIELDS), **row}
 
 # %% ../nbs/14_results.ipynb #73857545

@@ -183,7 +183,8 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
                          None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
                          None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'),
                          d.get('residual'))
-    except (TypeError, ValueError, RuntimeError) as e: raise ValueError(f"calibration {path} is malformed: {e}") from None
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"calibration {path} is malformed: {e}") from None
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
                          f"head_dim), but this model is {model_shape(spec)}: measure one with "
@@ -294,7 +295,8 @@ def _check_options(o):
         if (n := getattr(o, name)) is not None and n < 0: raise ValueError(f"--{name} must be >= 0, got {n}")
     lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if o.window and not o.only_widths else [])
     for name, n in lengths:
-        if not o.repeat < n // 2: raise ValueError(f"--repeat must be below half of --{name} ({n // 2}), got {o.repeat}")
+        if not o.repeat < n // 2:
+            raise ValueError(f"--repeat must be below half of --{name} ({n // 2}), got {o.repeat}")
     if o.device: check_device(o.device)
     out = Path(o.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):

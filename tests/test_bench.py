@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest, torch
 import kvstrat.bench as bench
 from kvstrat.cli import main
+from kvstrat.core import tiny_model
 from kvstrat.policy import STRATEGIES, make_strategy
 from kvstrat.report import write_report
 from kvstrat.results import PROTOCOLS, ROW_FIELDS
@@ -390,3 +391,19 @@ def test_ctrl_c_writes_the_report(text, tmp_path, capsys, monkeypatch):
     with bench.OutLock(out): pass # released
     monkeypatch.undo()
     assert main(args) == 0 and len(rows_of(out)) == 4 # resumed
+
+def test_tokenizer_past_the_model_vocabulary(tmp_path, capsys):
+    "A tokenizer that is not the model's is refused before any measurement, not an IndexError mid-run."
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(['[UNK]'] + [f'w{i}' for i in range(999)])},
+                                    unk_token='[UNK]'))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    model = tmp_path/'model'
+    tiny_model('gqa').save_pretrained(model); PreTrainedTokenizerFast(tokenizer_object=tk).save_pretrained(model)
+    words = tmp_path/'words.txt'
+    words.write_text(' '.join(f'w{i % 999}' for i in range(3000)))
+    capsys.readouterr() # what saving printed
+    code, err = exits(tiny_args(words, tmp_path/'out', '--strategies', 'int4', '--model', str(model)), capsys)
+    assert code == 2 and 'Traceback' not in err # above the error: transformers' bar as it loads the model
+    assert "error: the tokenizer gives token id 999, past the model's vocabulary of 256" in err.splitlines()[-1]
