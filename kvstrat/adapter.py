@@ -44,7 +44,10 @@ class ModelSpec:
 @patch(cls_method=True)
 def of(cls:ModelSpec, model) -> ModelSpec:
     "Read the spec from `model` (a model or a config); raise if the architecture is not supported."
-    cfg = getattr(model, 'config', model).get_text_config(decoder=True)
+    cfg = getattr(model, 'config', model)
+    if not hasattr(cfg, 'get_text_config'): # a name, say: load it first
+        raise TypeError(f"expected a transformers model or its config, got {type(model).__name__} {model!r:.60}")
+    cfg = cfg.get_text_config(decoder=True)
     if cfg.model_type not in SUPPORTED_MODEL_TYPES:
         raise NotImplementedError(f"kvstrat supports decoders of type {SUPPORTED_MODEL_TYPES}; {cfg.model_type!r} "
                                   "is not supported (its attention is not wired to the kvstrat cache).")

@@ -117,6 +117,7 @@ def _encode(tok, text:str) -> torch.Tensor:
 def passkey_case(tok, ids:torch.Tensor, # (N,) tokens of the real text the filler comes from
                  length:int, depth:float, rng:random.Random) -> PasskeyCase:
     "A prompt of exactly `length` tokens with a random key at `depth`, filler from a random place in `ids`."
+    if not 0 <= depth <= 1: raise ValueError(f"a passkey depth is a fraction of the filler, in [0, 1], got {depth}")
     key = str(rng.randint(10000, 99999))
     pre, needle, question = (_encode(tok, t) for t in (PASSKEY_PREAMBLE, PASSKEY_NEEDLE.format(key=key),
                                                        PASSKEY_QUESTION))
@@ -221,6 +222,7 @@ def fresh_peak_mb(model:str, # as `load_bench_model` takes it
 def speed_once(model, ids:torch.Tensor, # (L,) context tokens
                strategy:Strategy|str, decode:int=32) -> dict:
     "Prefill `ids` in chunks, then decode `decode` tokens one by one; tokens/s of each, and the bytes held after."
+    if decode < 1: raise ValueError(f"decode must be >= 1 token (its speed is the measure), got {decode}")
     dev = next(model.parameters()).device
     sync = torch.cuda.synchronize if dev.type == 'cuda' else lambda: None
     cache, ids = CompressedCache(model, make_strategy(strategy)), ids[None].to(dev)
@@ -447,6 +449,7 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
 def prepare(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
     "Lock `opts.out`, load and check everything a run needs and read its results, raising before any measurement."
     opts.out = Path(opts.out or Path('results')/datetime.now().strftime('%Y%m%d-%H%M%S'))
+    if opts.out.exists() and not opts.out.is_dir(): raise ValueError(f"--out {opts.out} is a file, not a directory")
     lock = OutLock(opts.out) if opts.out.is_dir() else None # it exists: fail before loading anything if a run holds it
     try: bench, strategies = _load(opts)
     except BaseException:

@@ -242,6 +242,8 @@ def prefill_cache(model, cache:Cache, ids:torch.Tensor, # (B, T) token ids
                   chunk:int|None=None, # tokens per forward pass; None: all at once
                   **kwargs): # passed to the model (`logits_to_keep=1`, ...)
     "Feed `ids` through `model` into `cache` (attached), chunk by chunk; the last forward pass's output."
+    if ids.ndim != 2 or ids.shape[1] == 0: raise ValueError(f"ids must be (batch, tokens >= 1), got {tuple(ids.shape)}")
+    if chunk is not None and chunk < 1: raise ValueError(f"chunk must be >= 1 (or None: all at once), got {chunk}")
     step = chunk or ids.shape[1]
     for i in range(0, ids.shape[1], step): out = model(ids[:, i:i+step], cache=cache, use_cache=True, **kwargs)
     return out

@@ -26,6 +26,8 @@ def calibration_windows(ids:torch.Tensor, # (N,) token ids of the evaluation tex
                         eval_length:int|tuple=1024, # window length(s) of the evaluations to avoid
                         eval_counts:tuple=(1, 2, 4, 8, 16)) -> tuple[torch.Tensor, list]: # window counts W to avoid
     "`(n, length)` windows spread over the tokens that no evaluation window covers, and their start offsets."
+    if not (isinstance(n, int) and n >= 1 and length >= 2):
+        raise ValueError(f"need n >= 1 windows (an integer) of length >= 2, got n={n!r}, length={length}")
     taken = torch.zeros(len(ids), dtype=torch.bool)
     for L in (eval_length,) if isinstance(eval_length, int) else eval_length:
         for W in eval_counts:

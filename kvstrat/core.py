@@ -301,7 +301,8 @@ def tokenize(tokenizer, text:str) -> torch.Tensor:
 def eval_windows(ids:torch.Tensor, # (N,) token ids
                  n_windows:int, length:int) -> torch.Tensor:
     "`(n_windows, length)` non-overlapping windows spread evenly through `ids`."
-    if n_windows < 1 or length < 2: raise ValueError(f"need n_windows >= 1 and length >= 2, got {n_windows}, {length}")
+    if not (isinstance(n_windows, int) and n_windows >= 1 and length >= 2):
+        raise ValueError(f"need n_windows >= 1 (an integer) and length >= 2, got {n_windows!r}, {length}")
     if len(ids) < n_windows * length:
         raise ValueError(f"text too short: {len(ids)} tokens, "
                          f"but {n_windows} windows of {length} need {n_windows*length}")

@@ -179,6 +179,8 @@ STRATEGY_PRESETS = { # preset name -> the strategy it stands for, as `make_strat
 def make_strategy(text:str|Strategy) -> Strategy:
     "Parse `name[:key=value,...]` or a preset's name into a registered strategy, with a clear error for bad input."
     if isinstance(text, Strategy): return text
+    if not isinstance(text, str):
+        raise TypeError(f"a strategy is a Strategy or a 'name:key=value,...' string, got {text!r}")
     name, _, args = STRATEGY_PRESETS.get(text, text).partition(':')
     if name not in STRATEGIES: raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}; "
                                                 f"presets: {', '.join(STRATEGY_PRESETS)}")
@@ -188,5 +190,6 @@ def make_strategy(text:str|Strategy) -> Strategy:
         key, eq, val = item.partition('=')
         if not eq or key not in types:
             raise ValueError(f"bad parameter {item!r} for {name}; parameters: {', '.join(types) or 'none'}")
+        if key in kw: raise ValueError(f"{name}:{key} is given twice")
         kw[key] = _parse_value(val, types[key], f'{name}:{key}')
     return cls(**kw)

@@ -56,6 +56,10 @@ def decode_ppl(model, windows:torch.Tensor, strategy:Strategy|str='full', prefil
                prefill_only:bool=False, batch:int=0, # windows per forward; 0: all at once
                on_step=None) -> dict:
     "Protocol P over all `windows`, `batch` windows at a time; compression is averaged over the batches."
+    if windows.ndim != 2 or len(windows) == 0 or windows.is_floating_point():
+        raise ValueError(f"windows must be (windows >= 1, tokens) of token ids, got {windows.dtype} "
+                         f"{tuple(windows.shape)}")
+    if batch < 0: raise ValueError(f"batch must be >= 1 windows per forward (0: all at once), got {batch}")
     batch = batch or len(windows)
     parts = [decode_nll(model, windows[i:i+batch], strategy, prefill, chunk, prefill_only, on_step)
              for i in range(0, len(windows), batch)]

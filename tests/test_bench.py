@@ -407,3 +407,8 @@ def test_tokenizer_past_the_model_vocabulary(tmp_path, capsys):
     code, err = exits(tiny_args(words, tmp_path/'out', '--strategies', 'int4', '--model', str(model)), capsys)
     assert code == 2 and 'Traceback' not in err # above the error: transformers' bar as it loads the model
     assert "error: the tokenizer gives token id 999, past the model's vocabulary of 256" in err.splitlines()[-1]
+
+def test_out_is_a_file(text, tmp_path, capsys):
+    "Refused before the model or the text loads."
+    (out := tmp_path/'afile').write_text('')
+    assert_error(*exits(tiny_args(text, out, '--strategies', 'int4'), capsys), f'--out {out} is a file, not a directory')
