@@ -60,6 +60,8 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
          softcap:float|None=None, # attention-logit cap tanh(s/c)·c (Gemma 2); None: none
         ) -> torch.Tensor: # (B, q, H_q, D)
     "One cycle: write the chunk, read the layer, let the strategy observe and place the rows, fold a state's rows."
+    if query.shape[0] != self.store.B: raise ValueError(f"this cache holds {self.store.B} sequences, and the forward "
+                                                        f"pass has {query.shape[0]}: a new batch needs a new cache")
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
     qpos = torch.arange(seen - q, seen, device=query.device)

@@ -153,7 +153,8 @@ def keep_count(budget:float, seen:int) -> int:
     return math.ceil(budget * seen - 1e-9) if budget <= 1 else int(budget)
 
 # %% ../nbs/10_importance.ipynb #f8e8ac3b
-def check_budget(budget:float, protected:int, name:str):
+def check_budget(budget:float, protected:int, name:str,
+                 what:str='sinks + window'): # what the protected tokens are, for the error
     "Raise a clear ValueError for a budget that is neither a fraction in (0, 1] nor a count >= `protected`."
     if not (math.isfinite(budget) and budget > 0):
         raise ValueError(f"{name}: budget must be a fraction in (0, 1] or a token count, got {budget}")
@@ -161,7 +162,7 @@ def check_budget(budget:float, protected:int, name:str):
         raise ValueError(f"{name}: budget {budget} is neither a fraction in (0, 1] nor a whole token count")
     if budget > 1 and budget < protected:
         raise ValueError(f"{name}: budget of {int(budget)} tokens is below the {protected} protected tokens "
-                         f"(sinks + window)")
+                         f"({what})")
 
 # %% ../nbs/10_importance.ipynb #f8da2fe8
 def keep_top(score:torch.Tensor, # (N,) importance, higher is kept first
@@ -212,7 +213,7 @@ class StreamingLLM(Strategy):
     def __post_init__(self): Evict.__post_init__(self)
     def prepare(self, spec):
         if self.sinks < 0: raise ValueError(f"streamingllm: sinks must be >= 0, got {self.sinks}")
-        check_budget(self.budget, self.sinks + 1, self.name)
+        check_budget(self.budget, self.sinks + 1, self.name, 'sinks + the newest token')
     @classmethod
     def example(cls): return cls(budget=16, sinks=2)
     def assign(self, view):
