@@ -297,6 +297,9 @@ def _check_options(o):
     for name, n in lengths:
         if not o.repeat < n // 2:
             raise ValueError(f"--repeat must be below half of --{name} ({n // 2}), got {o.repeat}")
+    if o.window and not o.only_widths and o.evict_length <= o.window:
+        raise ValueError(f"--evict-length {o.evict_length} must exceed --window {o.window}: a head keeps its newest "
+                         "--window tokens, so shorter windows would measure eviction as free")
     if o.device: check_device(o.device)
     out = Path(o.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
