@@ -15,6 +15,7 @@ from kvstrat.adapter import ModelSpec
 from kvstrat.cache import CompressedCache, CompressedLayer
 from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
 from kvstrat.store import FP16, TierSpec
+from kvstrat.protocol import every_token_compression
 
 @register
 @dataclass
@@ -203,3 +204,15 @@ def test_the_matrix_runs_a_strategy_defined_here():
     layer = cache.layers[0]
     assert [t.n for t in layer.store.tiers] == [2 * 9, 2 * 15] # 2 KV heads: 1 + 8 in fp16; of 31 old, 15 in INT4
     assert layer.store.tiers[1].pos.tolist()[:3] == [2, 4, 6]
+
+# adaptive re-plans by importance into an INT4 tier whose keys share parameters per channel group of a head's rows:
+# how many groups a head holds depends on which rows the text sends there
+TEXT_DEPENDENT_BYTES = ('adaptive',)
+
+@pytest.mark.parametrize('name', [n for n in sorted(STRATEGIES) + sorted(VARIANTS) if n not in TEXT_DEPENDENT_BYTES])
+def test_bytes_at_every_context_do_not_depend_on_the_text(name):
+    "Why protocol `bytes` may measure one window: the stored bytes at each context are the same on another text."
+    model, strategy = _model('gqa'), _strategy(name, 'gqa')
+    texts = torch.randint(1, 256, (2, 96), generator=torch.Generator().manual_seed(0))
+    first, second = (every_token_compression(model, t, strategy, prefill=32) for t in texts)
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
