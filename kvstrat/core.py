@@ -57,15 +57,17 @@ def package_data(*parts:str) -> Path:
     return Path(str(importlib.resources.files('kvstrat'))).joinpath('data', *parts)
 
 # %% ../nbs/00_core.ipynb #d51f0a02
-def read_json(path, kind:str, # what the file should hold, for the error: 'calibration', 'profile', ...
-              keys:tuple[str, ...]) -> dict: # the fields it must have
-    "The JSON object in `path`, holding `keys`; otherwise a `ValueError` that names the file and what is wrong."
+def read_json(path, kind:str, # what the file should hold, for the errors: 'calibration', 'profile', ...
+              keys:tuple[str, ...], # the fields it must have
+              make=lambda d: d): # what to build from them; a TypeError, ValueError or RuntimeError: malformed
+    "`make` of the JSON object in `path`, holding `keys`; otherwise a `ValueError` that names the file and the fault."
     try: d = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{kind} {path} is not JSON: {e}") from None
     missing = [k for k in keys if k not in d] if isinstance(d, dict) else ['a JSON object']
     if missing: raise ValueError(f"{kind} {path} is not a kvstrat {kind}: it lacks {', '.join(missing)}")
-    return d
+    try: return make(d)
+    except (TypeError, ValueError, RuntimeError) as e: raise ValueError(f"{kind} {path} is malformed: {e}") from None
 
 # %% ../nbs/00_core.ipynb #4ccd95a9
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from .adapter import ModelSpec, attention_scope
+from .core import read_json
 from .attention import explicit_attention
 
 # %% auto #0
@@ -139,9 +140,9 @@ def save(self:StreamParams, path, spec:ModelSpec|None=None):
 @patch(cls_method=True)
 def load(cls:StreamParams, path, spec:ModelSpec|None=None) -> StreamParams:
     "Read parameters saved by `save`; with `spec`, check that they fit the model."
-    d = json.loads(Path(path).read_text())
-    p = cls(*(torch.tensor(d[k], dtype=torch.float32) for k in _PARAM_KEYS), d['sinks'], d['window'],
-            d.get('feature_map', 'elu1'), d.get('source', str(path)))
+    make = lambda d: cls(*(torch.tensor(d[k], dtype=torch.float32) for k in _PARAM_KEYS), d['sinks'], d['window'],
+                         d.get('feature_map', 'elu1'), d.get('source', str(path)))
+    p = read_json(path, 'stream parameters', (*_PARAM_KEYS, 'sinks', 'window'), make)
     if spec is not None and tuple(p.lam_logit.shape) != (spec.n_layers, spec.n_kv_heads):
         raise ValueError(f"stream parameters {path} are for {tuple(p.lam_logit.shape)} (layers, KV heads), "
                          f"but the model has ({spec.n_layers}, {spec.n_kv_heads})")

@@ -178,13 +178,11 @@ class Sensitivity:
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
 def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
     "A saved `Sensitivity`; with `spec`, an error unless it was measured on a model of that shape."
-    d = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'))
-    try: s = Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
-                         None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
-                         None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'),
-                         d.get('residual'))
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"calibration {path} is malformed: {e}") from None
+    make = lambda d: Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
+                                 None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
+                                 None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'),
+                                 d.get('residual'))
+    s = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'), make)
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
                          f"head_dim), but this model is {model_shape(spec)}: measure one with "

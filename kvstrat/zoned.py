@@ -69,11 +69,8 @@ class HeadProfile:
                                           'stat': None if self.stat is None else self.stat.tolist()}, indent=1))
     @classmethod
     def load(cls, path, spec:ModelSpec|None=None) -> HeadProfile:
-        d = read_json(path, 'profile', ('weights',))
-        try: p = cls(torch.tensor(d['weights'], dtype=torch.float32),
-                     None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', ''))
-        except (TypeError, ValueError, RuntimeError) as e:
-            raise ValueError(f"profile {path} is malformed: {e}") from None
+        p = read_json(path, 'profile', ('weights',), lambda d: cls(torch.tensor(d['weights'], dtype=torch.float32),
+                      None if d.get('stat') is None else torch.tensor(d['stat']), d.get('source', '')))
         if spec is not None and tuple(p.weights.shape) != (spec.n_layers, spec.n_kv_heads):
             raise ValueError(f"profile {path} is for {tuple(p.weights.shape)} (layers, KV heads), "
                              f"but the model has ({spec.n_layers}, {spec.n_kv_heads})")
