@@ -283,6 +283,8 @@ def _residual(s:str) -> int|None:
     try: return int(s)
     except ValueError: raise argparse.ArgumentTypeError(f"expected a token count or 'none', got {s!r}") from None
 
+def _measures_eviction(o) -> bool: return bool(o.window) and not o.only_widths # --window 0: no eviction
+
 def _check_options(o):
     "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
     if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
@@ -291,11 +293,11 @@ def _check_options(o):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {n}")
     for name in ('window', 'residual'):
         if (n := getattr(o, name)) is not None and n < 0: raise ValueError(f"--{name} must be >= 0, got {n}")
-    lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if o.window and not o.only_widths else [])
+    lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if _measures_eviction(o) else [])
     for name, n in lengths:
         if not o.repeat < n // 2:
             raise ValueError(f"--repeat must be below half of --{name} ({n // 2}), got {o.repeat}")
-    if o.window and not o.only_widths and o.evict_length <= o.window:
+    if _measures_eviction(o) and o.evict_length <= o.window:
         raise ValueError(f"--evict-length {o.evict_length} must exceed --window {o.window}: a head keeps its newest "
                          "--window tokens, so shorter windows would measure eviction as free")
     if o.device: check_device(o.device)
@@ -337,7 +339,7 @@ def main(argv=None) -> int:
         if kept is not None and kept.shape != model_shape(ModelSpec.of(model)):
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)
-        evicts = o.window and not o.only_widths
+        evicts = _measures_eviction(o)
         evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if evicts else None
     except (ValueError, OSError, NotImplementedError, KeyError) as e:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
