@@ -15,9 +15,9 @@ from .results import PROTOCOLS, Locked, OutLock, Results, recorded_param, short_
 
 # %% auto #0
 __all__ = ['FAMILIES', 'FAMILY_COLOURS', 'STRATEGY_COLUMNS', 'preset_name', 'family', 'shown_compression', 'worst_window',
-           'summarize', 'strategy_lines', 'strategy_table', 'markdown_table', 'table_notes', 'results_table',
-           'texts_lines', 'pareto_front', 'family_fronts', 'plot_pareto', 'plot_headline', 'html_table', 'html_report',
-           'report_sections', 'write_report', 'report_rows']
+           'summarize', 'strategy_lines', 'measures_every_context', 'strategy_table', 'markdown_table', 'table_notes',
+           'results_table', 'texts_lines', 'pareto_front', 'family_fronts', 'plot_pareto', 'plot_headline',
+           'html_table', 'html_report', 'report_sections', 'write_report', 'report_rows']
 
 # %% ../nbs/16_report.ipynb #881e7753
 def _same(a, b) -> bool: return json.dumps(a, default=str) == json.dumps(b, default=str) # as stored in JSON
@@ -102,11 +102,15 @@ def strategy_lines(rows:list[dict], # the rows of one (model, text)
                             _cell(worst_window(p, rows) if p else None, '+.3f')]))
     return lines
 
+def measures_every_context(rows:list[dict]) -> bool:
+    "Did protocol bytes run for these rows? Only then do they have an every-context compression."
+    return any(r['protocol'] == 'bytes' for r in rows)
+
 def strategy_table(rows:list[dict], # the rows of one (model, text)
                   ) -> tuple[tuple[str, ...], list]:
     "`STRATEGY_COLUMNS` and `strategy_lines`, without the every-context column where protocol bytes did not run."
     lines, cut = strategy_lines(rows), STRATEGY_COLUMNS.index('every context')
-    if any(r['protocol'] == 'bytes' for r in rows): return STRATEGY_COLUMNS, lines
+    if measures_every_context(rows): return STRATEGY_COLUMNS, lines
     return STRATEGY_COLUMNS[:cut] + STRATEGY_COLUMNS[cut + 1:], [(r, c[:cut] + c[cut + 1:]) for r, c in lines]
 
 # %% ../nbs/16_report.ipynb #2fa54914
@@ -122,7 +126,7 @@ def table_notes(rows:list[dict]) -> list[str]:
     measured = '' if full is None else f', measured here at {full:.2f}×'
     notes = ["Compression against an fp16 cache. FullKV, the reference, is shown at 1.00×: it stores the model's "
              f"dtype (float32 on the CPU holds 2× the fp16 bytes){measured}"]
-    if any(r['protocol'] == 'bytes' for r in rows):
+    if measures_every_context(rows):
         notes.append("Compression is protocol P's, measured after the prefill and each chunk; every context is "
                      "protocol bytes': the mean over every context of the first window, fed one token at a time as "
                      "generation holds the cache")

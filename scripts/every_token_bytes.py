@@ -27,7 +27,6 @@ p.add_argument('sources', nargs='+', help='run directories or strategies')
 p.add_argument('--prefill', type=int, default=512, help="a named strategy's prefill (default %(default)s)")
 p.add_argument('--score', type=int, default=512, help="a named strategy's scored tokens (default %(default)s)")
 args = p.parse_args()
-out = args.out
 torch.set_num_threads(2)
 m, _ = load_model('smollm2-135m')
 rows = {} # strategy -> its first ppl row (a run holds one per text; the bytes are the same)
@@ -37,7 +36,7 @@ for src in args.sources:
         rows[src] = dict(strategy=src, compression=None, settings=settings)
     for r in read_rows(src) if Path(src).is_dir() else []:
         if r['protocol'] == 'ppl' and r['strategy'] != 'full': rows.setdefault(r['strategy'], r)
-done = {json.loads(l)['strategy'] for l in out.read_text().splitlines()} if out.exists() else set()
+done = {json.loads(l)['strategy'] for l in args.out.read_text().splitlines()} if args.out.exists() else set()
 for r in rows.values():
     if r['strategy'] in done: continue
     strategy = ran_strategy(r) if 'params' in r else make_strategy(r['strategy'])
@@ -54,6 +53,6 @@ for r in rows.values():
     row = dict(strategy=r['strategy'], prefill=prefill, end=end, chunk=chunk, committed=r['compression'],
                protocol_points=mean(every, points), every_token=statistics.mean(every),
                tier0_rows_points=mean(top, points), tier0_rows_every_token=mean(top, range(len(top))))
-    with out.open('a') as f: f.write(json.dumps(row) + '\n')
+    with args.out.open('a') as f: f.write(json.dumps(row) + '\n')
     print(f"{r['strategy'][:60]:60} committed {row['committed'] or float('nan'):.3f}x, its points "
           f"{row['protocol_points']:.3f}x, every token {row['every_token']:.3f}x", flush=True)
