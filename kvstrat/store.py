@@ -497,14 +497,24 @@ def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 
     self.dropped = drops if self.dropped is None else self.dropped + drops
 
 @patch
+def newest_below(self:LayerStore) -> torch.Tensor:
+    "(B*H,) each head's newest position not in tier 0 (deeper or evicted, freed padding aside); -1: none."
+    # Tier 0 holds each head's rows in position order, and every position before `seen` was written there, so the
+    # newest one missing ends the run of consecutive positions at the head's end: work in tier 0's rows, not `seen`.
+    t0 = self.tiers[0]
+    heads, counts = t0.heads(), t0.counts.long()
+    from_end = counts[heads] - 1 - index_in_head(heads, counts) # (N,) 0 for each head's newest row
+    run = torch.bincount(heads[t0.pos.long() == self.seen - 1 - from_end], minlength=self.B * self.H)
+    newest = self.seen - 1 - run # (B*H,)
+    return torch.where(newest >= self.padding_evicted.repeat_interleave(self.H), newest, -1)
+
+@patch
 def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
     "Refuse, in an ordered store, a row bound deeper that is not newer than every row its head holds deeper already."
     t0, n_tiers = self.tiers[0], len(self.tiers)
     sinking = (target > 0) & (target < n_tiers)
     if not sinking.any(): return
-    steps = torch.arange(self.seen, device=self.device)
-    newest_below = torch.where(self.below(), steps, -1).max(1).values # (B*H,) -1: nothing deeper yet
-    if (t0.pos[sinking].long() <= newest_below[t0.heads()[sinking]]).any():
+    if (t0.pos[sinking].long() <= self.newest_below()[t0.heads()[sinking]]).any():
         raise ValueError("a row of an ordered store may sink only when it is newer than every row its head holds "
                          "deeper: the deeper rows' positions are implied by their order")
 
