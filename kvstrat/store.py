@@ -62,7 +62,6 @@ def head_starts(counts:torch.Tensor) -> torch.Tensor: # (n_heads,) rows each hea
     "(n_heads,) index of each head's first row in the head-major layout."
     return torch.cumsum(counts, 0) - counts
 
-# %% ../nbs/04_store.ipynb #2e20a8f8
 def index_in_head(heads:torch.Tensor, # (N,) head of each row, sorted (head-major)
                   counts:torch.Tensor) -> torch.Tensor: # (n_heads,) rows each head holds
     "(N,) 0-based index of each row within its head's block."
@@ -209,7 +208,6 @@ def fit_basis(x:torch.Tensor, # (n, D) the first rows of one head to reach the t
     xc = F.pad(x.float() - mean, (0, 0, 0, max(0, rank - len(x)))) # zero rows add no direction, but give `rank` vectors
     return mean.half(), torch.linalg.svd(xc, full_matrices=False).Vh[:rank].T.half()
 
-# %% ../nbs/04_store.ipynb #5241bb01
 def lowrank_add(e:Encoded|None, # the tier's rows so far (None: none yet)
                 old:torch.Tensor, # (N,) head of each stored row
                 x:torch.Tensor, heads:torch.Tensor, # (n, D) new rows, (n,) their heads, sorted
@@ -228,7 +226,6 @@ def lowrank_add(e:Encoded|None, # the tier's rows so far (None: none yet)
     sizes = torch.bincount(torch.cat([old, heads]))[hs].to(torch.int32)
     return Encoded(data[order], torch.stack([bases[h][1] for h in hs]), torch.stack([bases[h][0] for h in hs]), sizes)
 
-# %% ../nbs/04_store.ipynb #4d35e6e8
 def lowrank_decode(e:Encoded, D:int) -> torch.Tensor:
     "Rows `(N, D)` in float32: each head's `mean + coeffs @ basisᵀ`."
     coeffs = e.data.split(e.group_sizes.tolist()) # (n_h, rank) per head
@@ -269,7 +266,6 @@ def tensors(self:TierStore) -> list[torch.Tensor]:
     if self.n == 0: return []
     return self.k.tensors() + self.v.tensors() + [t for t in (self.counts, self.pos, self.score) if t is not None]
 
-# %% ../nbs/04_store.ipynb #d05ca04f
 @patch
 def nbytes(self:TierStore) -> int: return sum(t.nbytes for t in self.tensors())
 
@@ -278,7 +274,6 @@ def _rows_per_head(e:Encoded, heads:torch.Tensor, n_heads:int) -> list[int]:
     "Channel groups (or rows) each head holds, for `merge_rows`."
     return torch.bincount(group_heads(e, heads), minlength=n_heads).tolist()
 
-# %% ../nbs/04_store.ipynb #8d2930a8
 @patch
 @torch.no_grad()
 def add(self:TierStore, heads, pos, score, k, v):
@@ -312,7 +307,6 @@ def select(self:TierStore, keep:torch.Tensor):
     if self.pos is not None: self.pos = self.pos[keep]
     if self.score is not None: self.score = self.score[keep]
 
-# %% ../nbs/04_store.ipynb #8efef2a1
 @patch
 def clear(self:TierStore):
     "Release every row (cheaper than `select` with nothing kept)."
@@ -388,7 +382,6 @@ def kept(self:LayerStore) -> torch.Tensor:
     "(B, H_kv) tokens each head holds, over all tiers."
     return sum(t.counts for t in self.tiers).view(self.B, self.H)
 
-# %% ../nbs/04_store.ipynb #f7cdc2e6
 @patch
 def nbytes(self:LayerStore) -> int:
     extra = self.padding_evicted.nbytes + (self.dropped.nbytes if self.dropped is not None else 0)
@@ -404,7 +397,6 @@ def below(self:LayerStore) -> torch.Tensor:
     freed = self.padding_evicted.repeat_interleave(self.H)[:, None] # (B*H, 1) leading padding tokens of each head
     return out & (torch.arange(self.seen, device=self.device) >= freed)
 
-# %% ../nbs/04_store.ipynb #a29bcc45
 @patch
 def positions(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone; None: every tier
              ) -> list[torch.Tensor]:
@@ -504,17 +496,14 @@ def newest_below(self:LayerStore) -> torch.Tensor:
     t0 = self.tiers[0]
     heads, counts = t0.heads(), t0.counts.long()
     from_end = counts[heads] - 1 - index_in_head(heads, counts) # (N,) 0 for each head's newest row
-    run = torch.bincount(heads[t0.pos.long() == self.seen - 1 - from_end], minlength=self.B * self.H)
-    newest = self.seen - 1 - run # (B*H,)
+    newest = self.seen - 1 - torch.bincount(heads[t0.pos.long() == self.seen - 1 - from_end], minlength=len(counts))
     return torch.where(newest >= self.padding_evicted.repeat_interleave(self.H), newest, -1)
 
 @patch
 def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
     "Refuse, in an ordered store, a row bound deeper that is not newer than every row its head holds deeper already."
-    t0, n_tiers = self.tiers[0], len(self.tiers)
-    sinking = (target > 0) & (target < n_tiers)
-    if not sinking.any(): return
-    if (t0.pos[sinking].long() <= self.newest_below()[t0.heads()[sinking]]).any():
+    t0, sinking = self.tiers[0], (target > 0) & (target < len(self.tiers))
+    if sinking.any() and (t0.pos[sinking].long() <= self.newest_below()[t0.heads()[sinking]]).any():
         raise ValueError("a row of an ordered store may sink only when it is newer than every row its head holds "
                          "deeper: the deeper rows' positions are implied by their order")
 
@@ -598,7 +587,6 @@ def nbytes_by_part(self:TierStore) -> dict[str, int]:
     parts |= {name: t.nbytes for name, t in (('positions', self.pos), ('scores', self.score)) if t is not None}
     return {part: n for part, n in parts.items() if n} # a float tier has no group parameters
 
-# %% ../nbs/04_store.ipynb #8b7e0a03
 @patch
 def nbytes_by_part(self:LayerStore) -> dict[tuple[str, str], int]:
     "`nbytes()` by (tier's format, part); the layer's own counters under 'layer'. The parts sum to `nbytes()`."
