@@ -14,10 +14,11 @@ from .policy import STRATEGY_PRESETS, make_strategy
 from .results import PROTOCOLS, Locked, OutLock, Results, recorded_param, short_label, strategy_params
 
 # %% auto #0
-__all__ = ['FAMILIES', 'FAMILY_COLOURS', 'STRATEGY_COLUMNS', 'preset_name', 'family', 'shown_compression', 'worst_window',
-           'summarize', 'strategy_lines', 'measures_every_context', 'strategy_table', 'markdown_table', 'table_notes',
-           'results_table', 'texts_lines', 'pareto_front', 'family_fronts', 'plot_pareto', 'plot_headline',
-           'html_table', 'html_report', 'report_sections', 'write_report', 'report_rows']
+__all__ = ['FAMILIES', 'FAMILY_COLOURS', 'STRATEGY_COLUMNS', 'WINDOWS_NOTE', 'preset_name', 'family', 'shown_compression',
+           'window_deltas', 'worst_window', 'summarize', 'strategy_lines', 'measures_every_context', 'strategy_table',
+           'markdown_table', 'table_notes', 'results_table', 'texts_lines', 'window_lines', 'pareto_front',
+           'family_fronts', 'plot_pareto', 'plot_headline', 'html_table', 'html_report', 'report_sections',
+           'write_report', 'report_rows']
 
 # %% ../nbs/16_report.ipynb #881e7753
 def _same(a, b) -> bool: return json.dumps(a, default=str) == json.dumps(b, default=str) # as stored in JSON
@@ -54,10 +55,10 @@ def shown_compression(row:dict) -> float|None:
     return 1.0 if row['strategy'] == 'full' else row['compression']
 
 # %% ../nbs/16_report.ipynb #a07b67b7
-def worst_window(row:dict, # a ppl row
-                 rows:list[dict], # rows that hold FullKV's ppl row of the same model, text and settings
-                ) -> float|None:
-    "Max over windows of (window NLL − FullKV's window NLL), paired by index; None without both windows' NLLs."
+def window_deltas(row:dict, # a ppl row
+                  rows:list[dict], # rows that hold FullKV's ppl row of the same model, text and settings
+                 ) -> list[float]|None:
+    "Each window's NLL − FullKV's window NLL, paired by index; None without both windows' NLLs."
     same = lambda r: r['protocol'] == 'ppl' and [r[k] for k in ('model', 'text', 'settings')] == [
         row[k] for k in ('model', 'text', 'settings')]
     full = next((r for r in reversed(rows) if r['strategy'] == 'full' and same(r)), None)
@@ -65,7 +66,11 @@ def worst_window(row:dict, # a ppl row
     if len(row['window_nll']) != len(full['window_nll']):
         raise ValueError(f"{short_label(row)} has {len(row['window_nll'])} window NLLs, FullKV "
                          f"{len(full['window_nll'])}, with the same settings: {row['settings']}")
-    return max(w - f for w, f in zip(row['window_nll'], full['window_nll']))
+    return [w - f for w, f in zip(row['window_nll'], full['window_nll'])]
+
+def worst_window(row:dict, rows:list[dict]) -> float|None:
+    "The largest of `window_deltas`: the window where `row` loses most against FullKV."
+    return None if (d := window_deltas(row, rows)) is None else max(d)
 
 # %% ../nbs/16_report.ipynb #c828aa72
 def _f(x, spec:str, suffix:str='') -> str: return '–' if x is None else f'{x:{spec}}{suffix}'
@@ -166,6 +171,19 @@ def texts_lines(rows:list[dict], # the rows of one model
         lines.append((row, cells))
     return ('strategy', 'compression', *(['every context'] if every else []),
             *(f'{t} {c}' for t in texts for c in ('ΔPPL %', 'worst window ΔNLL'))), lines
+
+# %% ../nbs/16_report.ipynb #e1a0c002
+def window_lines(rows:list[dict], # the rows of one (model, text)
+                ) -> tuple[tuple[str, ...], list]:
+    "Columns and per-strategy lines of each window's ΔNLL against FullKV, for the latest ppl rows that have them."
+    lines = []
+    for r in (by['ppl'] for by in summarize(rows).values() if 'ppl' in by):
+        if (d := window_deltas(r, rows)) is not None:
+            lines.append((r, [(preset_name(r), None), _cell(shown_compression(r), '.2f', '×'),
+                              *(_cell(x, '+.3f') for x in d)]))
+    n = max((len(cells) - 2 for _, cells in lines), default=0) # rows of other settings may hold other window counts
+    return (('strategy', 'compression', *(f'window {i + 1}' for i in range(n))),
+            [(r, cells + [('–', None)] * (n + 2 - len(cells))) for r, cells in lines])
 
 # %% ../nbs/16_report.ipynb #ee21ab2c
 def pareto_front(rows:list[dict], # ppl rows
@@ -335,6 +353,8 @@ def _describe(rows) -> list[str]:
         f"transformers {r['transformers_version']}"]
 
 # %% ../nbs/16_report.ipynb #64a6c094
+WINDOWS_NOTE = "Each window's NLL − FullKV's window NLL, nats per token, the windows in the order protocol P takes them."
+
 def report_sections(rows:list[dict]) -> list[dict]:
     "Each table of a report: its title, settings, (columns, lines) and notes; per model, its texts side by side first."
     sections = []
@@ -342,9 +362,12 @@ def report_sections(rows:list[dict]) -> list[dict]:
         if len({r['text'] for r in of_model if r['protocol'] == 'ppl'}) > 1:
             sections.append(dict(title=f'{model} · every text', settings=_describe(of_model),
                                  table=texts_lines(of_model), notes=table_notes(of_model)))
-        for text, g in _by(of_model, lambda r: r['text']).items():
+        by_text = _by(of_model, lambda r: r['text'])
+        for text, g in by_text.items():
             sections.append(dict(title=f'{model} · {text}', settings=_describe(g), notes=table_notes(g),
                                  table=strategy_table(g)))
+        sections += [dict(title=f'{model} · {text} · ΔNLL per window', settings=[WINDOWS_NOTE], notes=[], table=t)
+                     for text, g in by_text.items() if (t := window_lines(g))[1]]
     return sections
 
 # %% ../nbs/16_report.ipynb #601182d9

@@ -30,3 +30,30 @@ def test_cache_path_equals_forward(smol):
     ids = tokenize(tok, load_text('auto')[0])[:96][None]
     torch.testing.assert_close(chunked_logits(model, ids, DynamicCache(config=model.config), 32),
                                model(ids, use_cache=False).logits, atol=1e-4, rtol=1e-4)
+
+def test_calibrate_command_end_to_end(smol, tmp_path):
+    "`kvstrat-calibrate` on the real model, small: it ranks the heads as the shipped calibration does, and plans run on it."
+    from pathlib import Path
+    import kvstrat
+    from kvstrat.cache import CompressedCache
+    from kvstrat.policy import make_strategy
+    from kvstrat.sensitivity import load_sensitivity, main
+    model, tok = smol
+    out = tmp_path/'cal.json'
+    assert main(['--model', 'smollm2-135m', '--texts', 'austen', '--windows', '1', '--length', '64', '--repeat', '16',
+                 '--window', '0', '--threads', '2', '--out', str(out)]) == 0
+    cal = load_sensitivity(out, ModelSpec.of(model))
+    shipped = load_sensitivity(Path(kvstrat.__file__).parent/'data'/'sensitivity-smollm2-135m-rotated.json')
+    assert cal.family == shipped.family and cal.bits == (8, 4, 3, 2) and cal.evict is None
+    by_width = cal.cost.mean((0, 1, 2))
+    assert (by_width[:-1] < by_width[1:]).all(), by_width # each narrower width costs more
+    rank = lambda c: c[..., -1].flatten().argsort().argsort().float() # heads ranked by their 2-bit cost
+    assert torch.corrcoef(torch.stack([rank(cal.cost), rank(shipped.cost)]))[0, 1] > 0.3 # 0.62 when written
+    with pytest.raises(ValueError, match='measured eviction not at all: use window=none'):
+        CompressedCache(model, make_strategy(f'stratigraphic:calibration={out},ratio=4'))
+    strategy = make_strategy(f'stratigraphic:calibration={out},ratio=4,window=none')
+    assert strategy.provenance(strategy.prepare(ModelSpec.of(model))) == cal.source # planned from this file
+    ids = tok('It is a truth universally acknowledged, that a single man', return_tensors='pt').input_ids
+    cache = CompressedCache(model, strategy)
+    with cache.attached(model), torch.inference_mode():
+        assert model(ids, cache=cache, use_cache=True).logits.isfinite().all()

@@ -107,12 +107,16 @@ def test_report_on_two_texts(tmp_path):
     out = two_texts(tmp_path)
     md = write_report(out)
     assert [l for l in md.splitlines() if l.startswith('## ')] == [
-        '## smollm2-135m · every text', '## smollm2-135m · wikitext2', '## smollm2-135m · austen']
+        '## smollm2-135m · every text', '## smollm2-135m · wikitext2', '## smollm2-135m · austen',
+        '## smollm2-135m · wikitext2 · ΔNLL per window', '## smollm2-135m · austen · ΔNLL per window']
     head = next(l for l in md.splitlines() if l.startswith('| strategy | compression |'))
     assert head == ('| strategy | compression | wikitext2 ΔPPL % | wikitext2 worst window ΔNLL | austen ΔPPL % | '
                     'austen worst window ΔNLL |')
     int8 = next(l for l in md.splitlines() if l.startswith('| int8 | 1.94× | +0.03'))
     assert float(int8.split('|')[-2]) > 0.45 > float(int8.split('|')[-4]), int8 # austen's worse window shows
+    per_window = md.split('## smollm2-135m · austen · ΔNLL per window')[1]
+    int8 = [float(x) for x in next(l for l in per_window.splitlines() if l.startswith('| int8 |')).split('|')[3:-1]]
+    assert len(int8) == 8 and max(int8) == int8[3] > 0.45 > max(int8[:3] + int8[4:]), int8 # the window made worse
     rows = Results(out, repair=False).rows
     assert len(plot_headline(rows, tmp_path/'h.png').axes) == 2 and len(plot_pareto(rows, tmp_path/'p.png').axes) == 2
 
@@ -120,8 +124,8 @@ def test_report_on_two_texts(tmp_path):
 def test_html_report_static(tmp_path):
     out = tmp_path/'full'; out.mkdir(); shutil.copy(BENCH/'full'/'results.jsonl', out)
     write_report(out)
-    s = BeautifulSoup((out/'report.html').read_text(encoding='utf-8'), 'html.parser')
-    assert len(s.select('table.sortable')) == 1 and s.find('script') and 'aria-sort' in s.find('script').string
+    s = BeautifulSoup((out/'report.html').read_text(encoding='utf-8'), 'html.parser') # the table, ΔNLL per window
+    assert len(s.select('table.sortable')) == 2 and s.find('script') and 'aria-sort' in s.find('script').string
     imgs = [i['src'] for i in s.find_all('img')]
     assert len(imgs) == 2 and all(base64.b64decode(i.split(',', 1)[1])[:4] == b'\x89PNG' for i in imgs)
     assert 'NVIDIA' not in s.get_text() and 'cpu (torch threads: 1)' in s.get_text() # the device and the commit
