@@ -148,3 +148,24 @@ def test_allocation_meets_any_target_in_range(seed, frac):
         j = int(w[l, h, kv])
         if j > 0: assert spent + (rb[kv, j - 1] - rb[kv, j]).item() / (3 * 2) > target - 1e-6 or \
             sens.cost[l, h, kv, j - 1] >= cost[l, h, kv]
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), frac=st.floats(0, 1), window=st.sampled_from([None, 16]))
+@example(seed=0, frac=0.0, window=None) # the bottom of the range: every head at 8 bits
+@example(seed=0, frac=1.0, window=16) # the top: every head at its cheapest choice
+def test_calibrated_plan_meets_any_target_in_range(tmp_path_factory, seed, frac, window):
+    "Stratigraphic's own knapsack on measured-like costs, unlike across heads: any ratio in reach is met, as measured."
+    T, g = 160, torch.Generator().manual_seed(seed)
+    s = Stratigraphic(residual=8, sinks=2, group=8, length=T, window=window, quantised_window=False, top_bits=16)
+    sens = uniform_sensitivity(ModelSpec.of(MODEL), s.family, window)
+    sens.cost = torch.rand(sens.cost.shape, generator=g).cumsum(-1) # each head its own costs; fewer bits cost more
+    sens.residual = s.residual # measured as the plan reads: fp16 newest rows beside the sinks
+    if window: sens.evict = 2 * torch.rand(sens.evict.shape, generator=g) * sens.cost[..., -1].sum(-1) # either side
+    sens.save(path := tmp_path_factory.mktemp('calibration')/'random.json')
+    _, nbytes = s.head_choices(sens, 32)
+    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
+    s.ratio, s.calibration = lo + frac * (hi - lo), str(path)
+    cache, _ = _run(s, T, 16, seed)
+    assert cache.derived.source == sens.source # planned from these costs
+    assert cache.fp16_nbytes() / cache.nbytes() >= s.ratio * 0.98 # per-tier row counts aside, as above
