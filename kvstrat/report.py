@@ -353,7 +353,8 @@ def _describe(rows) -> list[str]:
         f"transformers {r['transformers_version']}"]
 
 # %% ../nbs/16_report.ipynb #64a6c094
-WINDOWS_NOTE = "Each window's NLL − FullKV's window NLL, nats per token, the windows in the order protocol P takes them."
+WINDOWS_NOTE = ("Each window's NLL − FullKV's window NLL, nats per token, the windows in the order protocol P takes "
+                "them.")
 
 def report_sections(rows:list[dict]) -> list[dict]:
     "Each table of a report: its title, settings, (columns, lines) and notes; per model, its texts side by side first."
