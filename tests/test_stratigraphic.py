@@ -161,6 +161,7 @@ def test_calibrated_plan_meets_any_target_in_range(tmp_path_factory, seed, frac,
     sens = uniform_sensitivity(ModelSpec.of(MODEL), s.family, window)
     sens.cost = torch.rand(sens.cost.shape, generator=g).cumsum(-1) # each head its own costs; fewer bits cost more
     sens.residual = s.residual # measured as the plan reads: fp16 newest rows beside the sinks
+    sens.source = f'random costs, seed {seed}'
     if window: sens.evict = 2 * torch.rand(sens.evict.shape, generator=g) * sens.cost[..., -1].sum(-1) # either side
     sens.save(path := tmp_path_factory.mktemp('calibration')/'random.json')
     _, nbytes = s.head_choices(sens, 32)
