@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/sensitivity.html.md"""
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000003
 from __future__ import annotations
-import argparse, json, math, os, sys, time
+import argparse, json, math, os, sys, time, warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 import torch
@@ -254,6 +254,9 @@ def allocate(sens:Sensitivity, row_bytes:torch.Tensor, # (2, len(bits)) bytes pe
     lo_b, hi_b = row_bytes.min(1).values.sum().item(), row_bytes.max(1).values.sum().item()
     if not lo_b - 1e-9 <= target: raise ValueError(f"a target of {target:.2f} B per row is below what the widths "
                                                    f"reach: {lo_b:.2f} to {hi_b:.2f} B per row")
+    if target > hi_b + 1e-9: warnings.warn(f"a target of {target:.2f} B per row is above what the widths reach "
+                                           f"({lo_b:.2f} to {hi_b:.2f} B per row): every tensor gets the widest",
+                                           stacklevel=2)
     cost = sens.cost.reshape(-1, len(sens.bits)) # (L*H*2, k)
     rb = row_bytes.repeat(L * H, 1) # keys, values, keys, ...: the layout of `cost`
     return knapsack(cost, rb, target * L * H).view(L, H, 2)
