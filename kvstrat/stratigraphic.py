@@ -148,7 +148,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
         if not found: # a plan still, but blind to which heads need their bits: say so, and how to measure them
             warnings.warn(f"stratigraphic: no calibration ships for this model's shape {model_shape(spec)} (type, "
                           "layers, KV heads, head_dim), so every head is priced alike, as calibration=uniform does; "
-                          "on SmolLM2 that cost 1.2-1.6 times the calibrated plan's loss at 4x. Measure one with "
+                          "on SmolLM2 that cost 5-6 times the calibrated plan's loss at 4x. Measure one with "
                           "`kvstrat-calibrate --model NAME --out FILE` and pass calibration=FILE", stacklevel=3)
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'

