@@ -115,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     a('--model', default='smollm2-135m',
       help='alias, hub id or model directory (default %(default)s); shape:llama-3.2-1b or shape:smollm2-135m: random '
            'weights of that shape, for speed with --text random; tiny:gqa etc.: random test models')
-    a('--text', default='auto', help="'auto', 'wikitext2', 'austen', a text file, or 'random': seeded random tokens, "
-                                     "for speed only (default %(default)s)")
+    a('--text', default='auto', help="'auto', 'wikitext2', 'austen', 'python' (source code), a text file, or "
+                                     "'random': seeded random tokens, for speed only (default %(default)s)")
     a('--strategies', nargs='+', metavar='S', help='e.g. full int8 kivi:bits=2 (default: every registered strategy)')
     a('--protocol', nargs='+', choices=PROTOCOLS,
       help=f'protocols to run, in this order (default from --size: {_presets("protocol")})')

@@ -6,7 +6,8 @@ Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #27651762
 from __future__ import annotations
-import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, tempfile, zlib
+import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, sysconfig, tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -280,8 +281,18 @@ def _austen() -> str:
     cached.write_text(text, encoding='utf-8')
     return text
 
+# %% ../nbs/00_core.ipynb #1f34cbd7
+def _python_stdlib(name:str) -> tuple[str, str]: # 'python', or a recorded name such as 'python3.11-stdlib'
+    "The running interpreter's top-level standard-library modules in name order, and the name that records its version."
+    version = f'python{sys.version_info.major}.{sys.version_info.minor}-stdlib'
+    if name not in ('python', version):
+        raise ValueError(f"{name!r} is another Python's standard library; this interpreter's is {version!r}")
+    if not (files := sorted(Path(sysconfig.get_paths()['stdlib']).glob('*.py'))):
+        raise FileNotFoundError(f"no standard-library sources in {sysconfig.get_paths()['stdlib']}")
+    return '\n\n'.join(f.read_text(encoding='utf-8') for f in files), version
+
 # %% ../nbs/00_core.ipynb #85e6fa59
-def load_text(name:str='auto', # 'auto', 'wikitext2', 'austen' or a file path
+def load_text(name:str='auto', # 'auto', 'wikitext2', 'austen', 'python' or a file path
              ) -> tuple[str, str]:
     "`(text, resolved_name)`; every output of kvstrat names the text it used."
     if name == 'auto': name = 'wikitext2' if _wikitext2() is not None else 'austen'
@@ -291,7 +302,8 @@ def load_text(name:str='auto', # 'auto', 'wikitext2', 'austen' or a file path
                                     "`datasets` library network access.")
     elif name == 'austen': text = _austen()
     elif Path(name).is_file(): text = Path(name).read_text(encoding='utf-8')
-    else: raise FileNotFoundError(f"Unknown text {name!r}: use 'auto', 'wikitext2', 'austen' or a file path.")
+    elif name == 'python' or name.endswith('-stdlib'): text, name = _python_stdlib(name)
+    else: raise FileNotFoundError(f"Unknown text {name!r}: use 'auto', 'wikitext2', 'austen', 'python' or a file path.")
     return text.replace('\r\n', '\n'), name
 
 # %% ../nbs/00_core.ipynb #9046829b
