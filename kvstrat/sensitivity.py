@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/sensitivity.html.md"""
 # %% ../nbs/11b_sensitivity.ipynb #a1000003
 from __future__ import annotations
 import argparse, json, math, os, sys, time, warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -20,7 +20,8 @@ from .calibration import calibration_windows
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
            'layer_costs', 'evicting_attention', 'eviction_costs', 'Sensitivity', 'load_sensitivity',
-           'measure_sensitivity', 'smallest_true', 'knapsack', 'allocate', 'calibration_set', 'main']
+           'measure_sensitivity', 'pool_sensitivities', 'smallest_true', 'knapsack', 'allocate', 'calibration_set',
+           'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -217,6 +218,23 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
     cost, residual = (widths.cost, widths.residual) if widths is not None else (torch.stack(costs), residual)
     return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
                        torch.stack(evict) if evict else None, window, residual)
+
+# %% ../nbs/11b_sensitivity.ipynb #5e0c0a02
+def pool_sensitivities(parts:list[tuple[Sensitivity, int]], # each calibration and how many windows it averaged
+                       ) -> Sensitivity:
+    "The calibration one run over every part's windows measures: each cost the windows' weighted mean."
+    first, how = parts[0][0], ('bits', 'family', 'shape', 'window', 'residual')
+    for s, n in parts:
+        if not (isinstance(n, int) and n >= 1):
+            raise ValueError(f"pool_sensitivities: window counts are integers >= 1, got {n!r}")
+        if differs := [k for k in how if getattr(s, k) != getattr(first, k)] + (
+                ['evict'] if (s.evict is None) != (first.evict is None) else []):
+            raise ValueError(f"pool_sensitivities: calibrations measured with different {', '.join(differs)} "
+                             "do not pool")
+    total = sum(n for _, n in parts)
+    mean = lambda of: sum(of(s) * n for s, n in parts) / total
+    return replace(first, cost=mean(lambda s: s.cost), evict=None if first.evict is None else mean(lambda s: s.evict),
+                   source=' + '.join(f'{s.source} ({n} of {total} windows)' for s, n in parts))
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001d
 def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and bytes of each choice per tensor
