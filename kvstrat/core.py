@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 # %% ../nbs/00_core.ipynb #27651762
 from __future__ import annotations
 import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, sysconfig, tempfile
-import zlib
+import re, zlib
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -302,7 +302,7 @@ def load_text(name:str='auto', # 'auto', 'wikitext2', 'austen', 'python' or a fi
                                     "`datasets` library network access.")
     elif name == 'austen': text = _austen()
     elif Path(name).is_file(): text = Path(name).read_text(encoding='utf-8')
-    elif name == 'python' or name.endswith('-stdlib'): text, name = _python_stdlib(name)
+    elif re.fullmatch(r'python(\d+\.\d+-stdlib)?', name): text, name = _python_stdlib(name)
     else: raise FileNotFoundError(f"Unknown text {name!r}: use 'auto', 'wikitext2', 'austen', 'python' or a file path.")
     return text.replace('\r\n', '\n'), name
 

@@ -223,6 +223,7 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
 def pool_sensitivities(parts:list[tuple[Sensitivity, int]], # each calibration and how many windows it averaged
                        ) -> Sensitivity:
     "The calibration one run over every part's windows measures: each cost the windows' weighted mean."
+    if not parts: raise ValueError("pool_sensitivities: nothing to pool")
     first, how = parts[0][0], ('bits', 'family', 'shape', 'window', 'residual')
     for s, n in parts:
         if not (isinstance(n, int) and n >= 1):

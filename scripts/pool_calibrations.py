@@ -8,9 +8,8 @@ import sys
 from kvstrat.sensitivity import load_sensitivity, pool_sensitivities
 
 if __name__ == '__main__':
+    if len(sys.argv) < 3 or not all(i.rpartition('=')[2].isdigit() for i in sys.argv[2:]): sys.exit(__doc__)
     out, *inputs = sys.argv[1:]
-    if not inputs or not all(i.rpartition('=')[2].isdigit() for i in inputs):
-        sys.exit(__doc__)
     parts = [(load_sensitivity(path), int(n)) for path, _, n in (i.rpartition('=') for i in inputs)]
     pool_sensitivities(parts).save(out)
     print(f'{out}: pooled {len(parts)} calibrations over {sum(n for _, n in parts)} windows')
