@@ -367,7 +367,8 @@ def main(argv=None) -> int:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
     t0 = time.time()
     report = lambda i, n: print(f'layer {i + 1}/{n} measured, {time.time() - t0:.0f} s', file=sys.stderr, flush=True)
-    source = (f"{o.model} on {', '.join(o.texts)}: {o.windows} windows of {o.length} tokens per text outside every "
+    texts = ', '.join(load_text(t)[1] for t in o.texts) # as resolved: 'python' records its version
+    source = (f"{o.model} on {texts}: {o.windows} windows of {o.length} tokens per text outside every "
               f"evaluation window, every other one ending in a {o.repeat}-token passage repeated from its start; "
               f"KL over the last {o.length // 2} positions")
     if o.residual is not None: source += (f", each reading its {o.residual} newest tokens and the rest of their key "
