@@ -170,6 +170,7 @@ STRATEGY_PRESETS = { # preset name -> the strategy it stands for, as `make_strat
     'kivi-4-best': 'kivi:group=16,residual=10,key_axis=token,rotate=True,symmetric=True,scale_bits=8',
     'kivi-4-token': 'kivi:group=64,key_axis=token,rotate=True,symmetric=True', # keys grouped along head_dim
     'kivi-2-s8': 'kivi:bits=2,scale_bits=8', # 2 bits with kivi-3's 8-bit scales
+    'kivi-4-s8': 'kivi:scale_bits=8', # KIVI's defaults with 8-bit scales: the kivi nearest Stratigraphic's front
     # the defaults of the first benchmark runs: groups of 64 tokens (keys) and 64 channels (values), no sinks
     'kivi-4-g64': 'kivi:group=64,value_group=64,residual=16,sinks=0',
     'kivi-2-g64': 'kivi:bits=2,group=64,value_group=64,residual=16,sinks=0',
