@@ -20,8 +20,8 @@ from .calibration import calibration_windows
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
            'layer_costs', 'evicting_attention', 'eviction_costs', 'Sensitivity', 'load_sensitivity',
-           'measure_sensitivity', 'pool_sensitivities', 'smallest_true', 'knapsack', 'allocate', 'calibration_set',
-           'main']
+           'shipped_calibrations', 'measure_sensitivity', 'pooling_differences', 'pool_sensitivities', 'smallest_true',
+           'knapsack', 'allocate', 'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -190,6 +190,14 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
                          "`kvstrat-calibrate --model NAME --out FILE`")
     return s
 
+# %% ../nbs/11b_sensitivity.ipynb #p001a001
+def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers, KV heads, head_dim)
+                        ) -> list[Path]:
+    "The calibrations kvstrat ships for models of `shape`, in name order."
+    return [p for p in sorted(package_data().glob('sensitivity-*.json'))
+            if tuple(json.loads(p.read_text())['shape']) == tuple(shape)]
+
+
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
 @torch.no_grad()
 def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, disjoint from evaluation text
@@ -220,22 +228,30 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
                        torch.stack(evict) if evict else None, window, residual)
 
 # %% ../nbs/11b_sensitivity.ipynb #5e0c0a02
+def pooling_differences(s:Sensitivity, first:Sensitivity,
+                        shape:bool=True, # compare the model shapes too
+                       ) -> list[str]:
+    "What `s` was measured with that differs from `first`, of all that calibrations to be pooled must share."
+    how = ('bits', 'family', 'window', 'residual') + (('shape',) if shape else ())
+    return [k for k in how if getattr(s, k) != getattr(first, k)] + (
+        ['evict'] if (s.evict is None) != (first.evict is None) else [])
+
 def pool_sensitivities(parts:list[tuple[Sensitivity, int]], # each calibration and how many windows it averaged
                        ) -> Sensitivity:
     "The calibration one run over every part's windows measures: each cost the windows' weighted mean."
     if not parts: raise ValueError("pool_sensitivities: nothing to pool")
-    first, how = parts[0][0], ('bits', 'family', 'shape', 'window', 'residual')
+    first = parts[0][0]
     for s, n in parts:
         if not (isinstance(n, int) and n >= 1):
             raise ValueError(f"pool_sensitivities: window counts are integers >= 1, got {n!r}")
-        if differs := [k for k in how if getattr(s, k) != getattr(first, k)] + (
-                ['evict'] if (s.evict is None) != (first.evict is None) else []):
+        if differs := pooling_differences(s, first):
             raise ValueError(f"pool_sensitivities: calibrations measured with different {', '.join(differs)} "
                              "do not pool")
     total = sum(n for _, n in parts)
     mean = lambda of: sum(of(s) * n for s, n in parts) / total
     return replace(first, cost=mean(lambda s: s.cost), evict=None if first.evict is None else mean(lambda s: s.evict),
                    source=' + '.join(f'{s.source} ({n} of {total} windows)' for s, n in parts))
+
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001d
 def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and bytes of each choice per tensor
@@ -305,11 +321,21 @@ def _residual(s:str) -> int|None:
     try: return int(s)
     except ValueError: raise argparse.ArgumentTypeError(f"expected a token count or 'none', got {s!r}") from None
 
+def _pool_part(s:str) -> tuple[str, int]:
+    "`--pool-with`: FILE=WINDOWS, a calibration and the windows it averaged ('auto': the one shipped for the model)."
+    path, eq, n = s.rpartition('=')
+    if not (eq and path and n.isdigit() and int(n) >= 1):
+        raise argparse.ArgumentTypeError(f"expected FILE=WINDOWS, a calibration and the number (>= 1) of windows it "
+                                         f"averaged, got {s!r}")
+    return path, int(n)
+
 def _measures_eviction(o) -> bool: return bool(o.window) and not o.only_widths # --window 0: no eviction
 
 def _check_options(o):
     "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
     if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
+    if o.pool_with and (o.only_eviction or o.only_widths):
+        raise ValueError("--pool-with pools a whole measurement: not with --only-eviction or --only-widths")
     for name in ('windows', 'length', 'repeat', 'group', 'evict_length', 'threads'):
         if (n := getattr(o, name)) is not None and n < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {n}")
@@ -326,6 +352,23 @@ def _check_options(o):
     out = Path(o.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise ValueError(f"--out {o.out}: not a file that can be written in an existing directory")
+
+# %% ../nbs/11b_sensitivity.ipynb #p001a003
+def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, shape:bool) -> Sensitivity:
+    "`s`, read from `--pool-with path`, if it was measured as this run measures (`measured`); else a clear error."
+    if differs := pooling_differences(s, measured, shape):
+        raise ValueError(f"--pool-with {path} was measured with a different {', '.join(differs)} than this run: "
+                         "pool calibrations measured alike (the same --group, --rotate, --window and --residual, on "
+                         "the same model)")
+    return s
+
+def _shipped_part(shape:tuple, family:FormatFamily) -> str:
+    "`--pool-with auto`: the calibration shipped for this model shape in these formats."
+    for p in shipped_calibrations(shape):
+        if load_sensitivity(p).family == family: return str(p)
+    raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {shape} (type, layers, KV heads, "
+                     f"head_dim) in these formats ({family}): pool with a file")
+
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000024
 def main(argv=None) -> int:
@@ -347,6 +390,10 @@ def main(argv=None) -> int:
     p.add_argument('--residual', type=_residual, default=12,
                    help="newest tokens (stratigraphic:residual) each query reads at fp16, with the rest of their key "
                    "group, while the widths are measured, as the cache holds them; 'none': only the sinks")
+    p.add_argument('--pool-with', nargs='+', default=[], type=_pool_part, metavar='FILE=WINDOWS',
+                   help="pool the measurement with these calibrations, each weighted by the windows it averaged, as "
+                   "one run over all their windows would measure; 'auto': the one shipped for the model (SmolLM2's "
+                   "averaged 4)")
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     try:
@@ -357,11 +404,18 @@ def main(argv=None) -> int:
         if kept is not None and kept.family != family:
             raise ValueError(f"{o.out} was measured for {kept.family}, not {family}")
         if o.only_widths and kept.evict is None: raise ValueError(f"{o.out} holds no eviction costs to keep")
+        evicts = _measures_eviction(o)
+        measured = Sensitivity(torch.zeros(0), FORMAT_BITS, family, evict=torch.zeros(0) if evicts else None,
+                               window=o.window if evicts else None, residual=o.residual) # what this run measures
+        for path, _ in o.pool_with: # each file checked before the model loads; 'auto' needs the model's shape
+            if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, shape=False)
         model, tok = load_model(o.model, o.device)
-        if kept is not None and kept.shape != model_shape(ModelSpec.of(model)):
+        shape = model_shape(ModelSpec.of(model))
+        pool = [(_pooled_part(path, load_sensitivity(path), replace(measured, shape=shape), True), n)
+                for path, n in ((_shipped_part(shape, family) if f == 'auto' else f, n) for f, n in o.pool_with)]
+        if kept is not None and kept.shape != shape:
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)
-        evicts = _measures_eviction(o)
         evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if evicts else None
     except (ValueError, OSError, NotImplementedError, KeyError) as e:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
@@ -385,8 +439,9 @@ def main(argv=None) -> int:
     if o.only_widths: # the eviction costs kept, and what they were measured on
         s.evict, s.window = kept.evict, kept.window
         s.source += '; eviction' + kept.source.partition('; eviction')[2]
+    if pool: s = pool_sensitivities([(s, o.windows * len(o.texts)), *pool]) # eviction too: on as many windows
     s.save(o.out)
-    print(f'wrote {o.out}', file=sys.stderr)
+    print(f'wrote {o.out}' + (f', pooled with {len(pool)} calibration(s)' if pool else ''), file=sys.stderr)
     return 0
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000025

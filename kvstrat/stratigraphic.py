@@ -142,8 +142,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
                              "or a file")
         s = load_sensitivity(self.calibration, spec)
     else:
-        found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
-                 if json.loads(p.read_text())['shape'] == list(model_shape(spec))]
+        found = shipped_calibrations(model_shape(spec))
         found.sort(key=lambda p: FormatFamily(**json.loads(p.read_text())['family']) != self.family) # its formats first
         if not found: # a plan still, but blind to which heads need their bits: say so, and how to measure them
             warnings.warn(f"stratigraphic: no calibration ships for this model's shape {model_shape(spec)} (type, "

@@ -1,0 +1,50 @@
+"""`kvstrat-calibrate` end to end on a tiny random model with its own tokenizer: a pooled measurement is the one
+`pool_sensitivities` makes of the parts measured alone, and `--pool-with auto` says when nothing ships."""
+import pytest, torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+from kvstrat.core import tiny_model
+from kvstrat.sensitivity import load_sensitivity, main, pool_sensitivities
+
+WORDS = [f'w{i}' for i in range(255)] # with [UNK], the tiny model's vocabulary of 256
+
+@pytest.fixture(scope='module')
+def tiny_dir(tmp_path_factory):
+    "A tiny GQA model (2 layers, 2 KV heads, head_dim 32) saved with a word-level tokenizer of its vocabulary."
+    d = tmp_path_factory.mktemp('tiny')
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(['[UNK]'] + WORDS)}, unk_token='[UNK]'))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    torch.manual_seed(0)
+    tiny_model('gqa').save_pretrained(d/'model')
+    PreTrainedTokenizerFast(tokenizer_object=tk).save_pretrained(d/'model')
+    for name, step in (('a', 7), ('b', 11)): # two texts, each 3,000 words long
+        (d/f'{name}.txt').write_text(' '.join(WORDS[(i * step) % 255] for i in range(3000)))
+    return d
+
+def calibrate(d, text:str, out:str, *more) -> int:
+    return main(['--model', str(d/'model'), '--texts', str(d/text), '--windows', '2', '--length', '64', '--repeat', '16',
+                 '--evict-length', '128', '--threads', '1', '--out', str(d/out), *more])
+
+def test_pool_with_equals_pooling_the_parts(tiny_dir):
+    d = tiny_dir
+    assert calibrate(d, 'a.txt', 'a.json') == 0 and calibrate(d, 'b.txt', 'b.json') == 0
+    assert calibrate(d, 'b.txt', 'pooled.json', '--pool-with', f"{d/'a.json'}=6") == 0
+    a, b, pooled = (load_sensitivity(d/f) for f in ('a.json', 'b.json', 'pooled.json'))
+    assert not torch.allclose(a.cost, b.cost) # the two texts measure differently
+    want = pool_sensitivities([(b, 2), (a, 6)]) # this run's 2 windows, then the file's 6
+    torch.testing.assert_close(pooled.cost, want.cost); torch.testing.assert_close(pooled.evict, want.evict)
+    assert pooled.source == want.source and '(2 of 8 windows)' in pooled.source and '(6 of 8 windows)' in pooled.source
+
+def test_pool_with_a_calibration_measured_otherwise(tiny_dir, capsys):
+    d = tiny_dir
+    assert calibrate(d, 'a.txt', 'no-evict.json', '--window', '0') == 0
+    capsys.readouterr()
+    assert calibrate(d, 'b.txt', 'x.json', '--pool-with', f"{d/'no-evict.json'}=2") == 2 # refused before it measures
+    assert 'was measured with a different window, evict than this run' in capsys.readouterr().err
+    assert not (d/'x.json').exists()
+
+def test_pool_with_auto_where_nothing_ships(tiny_dir, capsys):
+    assert calibrate(tiny_dir, 'a.txt', 'x.json', '--pool-with', 'auto=4') == 2
+    err = capsys.readouterr().err
+    assert "--pool-with auto: no calibration ships for this model's shape ('llama', 2, 2, 32)" in err
+    assert 'Traceback' not in err
