@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 
 # %% ../nbs/15_bench.ipynb #0a630233
 from __future__ import annotations
-import argparse, ctypes, math, multiprocessing, random, re, resource, statistics, sys, time, traceback
+import argparse, ctypes, math, multiprocessing, random, re, resource, statistics, sys, time, traceback, warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, MISSING
 from datetime import datetime
@@ -28,7 +28,8 @@ __all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUE
            'load_strategies', 'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress', 'PasskeyCase',
            'passkey_case', 'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory',
            'release_freed_memory', 'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench',
-           'parse_strategies', 'random_tokens', 'prepare', 'row_summary', 'OutOfTime']
+           'parse_strategies', 'random_tokens', 'longest_context', 'check_context', 'prepare', 'row_summary',
+           'OutOfTime']
 
 # %% ../nbs/15_bench.ipynb #6ae62601
 def load_strategies() -> dict[str, type]:
@@ -417,6 +418,7 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
     strategies = parse_strategies(opts.strategies)
     _check_random(opts)
     model, tok = load_bench_model(opts.model, opts.device)
+    check_context(opts, model.config)
     spec, provenances = ModelSpec.of(model), {}
     for s in list(strategies): # parameters out of range for this model
         try: provenances[s.label] = s.provenance(s.prepare(spec))
@@ -444,6 +446,21 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
     env = environment(p.device, p.dtype)
     bench = Bench(model, tok, ids, text_name, opts, None, env, windows, cases, deadline, provenances=provenances)
     return bench, strategies # results: `prepare`
+
+# %% ../nbs/15_bench.ipynb #f1e1d003
+def longest_context(opts:argparse.Namespace) -> int:
+    "The most tokens one measurement of the run holds: a ppl window, the longest passkey prompt or speed run."
+    return max([opts.prefill + opts.score] * bool({'ppl', 'bytes'} & set(opts.protocol))
+               + [max(opts.passkey_lengths)] * ('passkey' in opts.protocol)
+               + [max(opts.speed_lengths) + opts.speed_decode] * ('speed' in opts.protocol), default=0)
+
+def check_context(opts:argparse.Namespace, config) -> None:
+    "Warn where the run's contexts pass the positions the model was trained for: it runs, but measures little."
+    most, trained = longest_context(opts), getattr(config.get_text_config(), 'max_position_embeddings', None)
+    if trained and most > trained:
+        warnings.warn(f"kvstrat-bench: this run holds up to {most:,} tokens, past the {trained:,} positions the model "
+                      "was trained for (max_position_embeddings)", stacklevel=2)
+
 
 # %% ../nbs/15_bench.ipynb #07366cd1
 def prepare(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:

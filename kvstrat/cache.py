@@ -256,7 +256,7 @@ class CompressedCache(Cache):
     def __init__(self, model, # a supported decoder (or its config)
                  strategy:Strategy|str|None=None, # None: FullKV
                  tiered:bool=True): # False: attention always reads a dense copy, never the tiers in place
-        self.spec, self.strategy = ModelSpec.of(model), make_strategy(strategy or 'full')
+        self.spec, self.strategy = ModelSpec.of(model), make_strategy('full' if strategy is None else strategy)
         self.derived = self.strategy.prepare(self.spec)
         exact = self.strategy.needs().exact
         def make(i):

@@ -217,7 +217,7 @@ class StreamingLLM(Strategy):
     @classmethod
     def example(cls): return cls(budget=16, sinks=2)
     def assign(self, view):
-        window = max(keep_count(self.budget, view.seen) - self.sinks, 0)
+        window = max(keep_count(self.budget, view.seen) - self.sinks, 1) # a fraction keeps the newest token too
         keep = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, window)
         return torch.where(keep, 0, view.evicted)
 

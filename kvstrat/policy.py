@@ -18,7 +18,7 @@ from .store import FP16, TierSpec, head_starts
 
 # %% auto #0
 __all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 'Needs', 'LayerView', 'rank_in_head', 'HeadState',
-           'Strategy', 'Registry', 'register', 'make_strategy']
+           'Strategy', 'Registry', 'register', 'check_fields', 'make_strategy']
 
 # %% ../nbs/06_policy.ipynb #345b264d
 @dataclass(frozen=True)
@@ -150,17 +150,36 @@ def register(cls):
     return cls
 
 # %% ../nbs/06_policy.ipynb #8a6eed2d
+def _field_type(typ) -> tuple[str, bool]:
+    "A field's annotation as `(base type name, optional)`: 'int|None' -> ('int', True)."
+    typ = (typ if isinstance(typ, str) else getattr(typ, '__name__', str(typ))).replace(' ', '')
+    return typ.removesuffix('|None'), typ.endswith('|None')
+
 def _parse_value(val:str, typ, where:str):
-    typ = typ if isinstance(typ, str) else getattr(typ, '__name__', str(typ))
-    if (bare := typ.replace(' ', '')).endswith('|None'): # an optional field: 'none' is None, else its base type
-        if val.lower() == 'none': return None
-        typ = bare.removesuffix('|None')
+    typ, optional = _field_type(typ)
+    if optional and val.lower() == 'none': return None # an optional field: 'none' is None, else its base type
     try:
         if typ == 'int': return int(val)
         if typ == 'bool': return {'true': True, 'false': False, '1': True, '0': False}[val.lower()]
         if 'float' in typ: return float(val)
         return val
     except (ValueError, KeyError): raise ValueError(f"{where}: cannot read {val!r} as {typ}") from None
+
+
+# %% ../nbs/06_policy.ipynb #f1e1d001
+_IS = {'int': lambda v: isinstance(v, int) and not isinstance(v, bool), 'bool': lambda v: isinstance(v, bool),
+       'float': lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), 'str': lambda v: isinstance(v, str)}
+
+def check_fields(strategy:Strategy) -> Strategy:
+    "`strategy` if each parameter has its field's type (so its label parses back); else a TypeError naming it."
+    for f in fields(strategy):
+        typ, optional = _field_type(f.type)
+        v = getattr(strategy, f.name)
+        if typ in _IS and not (_IS[typ](v) or (optional and v is None)):
+            raise TypeError(f"{strategy.name}: {f.name} must be {'an' if typ == 'int' else 'a'} {typ}"
+                            f"{' or None' if optional else ''}, got {v!r} ({type(v).__name__})")
+    return strategy
+
 
 # %% ../nbs/06_policy.ipynb #c35d8b0d
 STRATEGY_PRESETS = { # preset name -> the strategy it stands for, as `make_strategy` reads it
@@ -179,10 +198,12 @@ STRATEGY_PRESETS = { # preset name -> the strategy it stands for, as `make_strat
 # %% ../nbs/06_policy.ipynb #9ae99b3a
 def make_strategy(text:str|Strategy) -> Strategy:
     "Parse `name[:key=value,...]` or a preset's name into a registered strategy, with a clear error for bad input."
-    if isinstance(text, Strategy): return text
+    if isinstance(text, Strategy): return check_fields(text) # built in Python: its types are not yet checked
     if not isinstance(text, str):
         raise TypeError(f"a strategy is a Strategy or a 'name:key=value,...' string, got {text!r}")
     name, _, args = STRATEGY_PRESETS.get(text, text).partition(':')
+    if name in STRATEGY_PRESETS: raise ValueError(f"{name!r} is a preset ({STRATEGY_PRESETS[name]!r}) and takes no "
+                                                  "parameters: give its strategy with the parameters you want")
     if name not in STRATEGIES: raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}; "
                                                 f"presets: {', '.join(STRATEGY_PRESETS)}")
     cls, kw = STRATEGIES[name], {}

@@ -177,18 +177,37 @@ class Sensitivity:
         Path(path).write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
+def _check_calibration(s:Sensitivity) -> Sensitivity:
+    "`s` if its costs fit its model shape and widths and are finite and >= 0; else a ValueError saying what is off."
+    L, H = (s.shape[1], s.shape[2]) if s.shape is not None and len(s.shape) == 4 else s.cost.shape[:2]
+    want = (L, H, 2, len(s.bits))
+    if tuple(s.cost.shape) != want: raise ValueError(f"cost is {tuple(s.cost.shape)}, expected {want}")
+    if s.evict is not None and tuple(s.evict.shape) != (L, H):
+        raise ValueError(f"evict is {tuple(s.evict.shape)}, expected {(L, H)}")
+    for name, t in (('cost', s.cost), ('evict', s.evict)):
+        if t is not None and not (t.isfinite().all() and (t >= -1e-6).all()): # a measured KL rounds to -1e-8 at worst
+            raise ValueError(f"{name} holds values that are not finite KLs >= 0")
+    if not all(isinstance(b, int) and b in FORMAT_BITS for b in s.bits):
+        raise ValueError(f"bits must be widths from {FORMAT_BITS}, got {s.bits}")
+    for name, n, least in (('window', s.window, 1), ('residual', s.residual, 0)):
+        if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= least)):
+            raise ValueError(f"{name} must be a token count >= {least} or null, got {n!r}")
+    return s
+
 def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
-    "A saved `Sensitivity`; with `spec`, an error unless it was measured on a model of that shape."
-    make = lambda d: Sensitivity(torch.tensor(d['cost']), tuple(d['bits']), FormatFamily(**d['family']),
-                                 None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
-                                 None if d.get('evict') is None else torch.tensor(d['evict']), d.get('window'),
-                                 d.get('residual'))
+    "A saved `Sensitivity`, checked; with `spec`, an error unless it was measured on a model of that shape."
+    make = lambda d: _check_calibration(Sensitivity(
+        torch.tensor(d['cost'], dtype=torch.float32), tuple(d['bits']), FormatFamily(**d['family']),
+        None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
+        None if d.get('evict') is None else torch.tensor(d['evict'], dtype=torch.float32), d.get('window'),
+        d.get('residual')))
     s = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'), make)
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
                          f"head_dim), but this model is {model_shape(spec)}: measure one with "
                          "`kvstrat-calibrate --model NAME --out FILE`")
     return s
+
 
 # %% ../nbs/11b_sensitivity.ipynb #p001a001
 def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers, KV heads, head_dim)
@@ -229,12 +248,14 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
 
 # %% ../nbs/11b_sensitivity.ipynb #5e0c0a02
 def pooling_differences(s:Sensitivity, first:Sensitivity,
-                        shape:bool=True, # compare the model shapes too
+                        model:bool=True, # compare the models measured too: their shapes and the costs'
                        ) -> list[str]:
     "What `s` was measured with that differs from `first`, of all that calibrations to be pooled must share."
-    how = ('bits', 'family', 'window', 'residual') + (('shape',) if shape else ())
+    how = ('bits', 'family', 'window', 'residual') + (('shape',) if model else ())
+    shapes = lambda x: (tuple(x.cost.shape), None if x.evict is None else tuple(x.evict.shape))
     return [k for k in how if getattr(s, k) != getattr(first, k)] + (
-        ['evict'] if (s.evict is None) != (first.evict is None) else [])
+        ['evict'] if (s.evict is None) != (first.evict is None) else []) + (
+        ['cost or evict shape'] if model and shapes(s) != shapes(first) else [])
 
 def pool_sensitivities(parts:list[tuple[Sensitivity, int]], # each calibration and how many windows it averaged
                        ) -> Sensitivity:
@@ -334,6 +355,8 @@ def _measures_eviction(o) -> bool: return bool(o.window) and not o.only_widths #
 def _check_options(o):
     "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
     if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
+    if o.only_eviction and not o.window:
+        raise ValueError("--only-eviction measures eviction, which --window 0 turns off: give --window N, N >= 1")
     if o.pool_with and (o.only_eviction or o.only_widths):
         raise ValueError("--pool-with pools a whole measurement: not with --only-eviction or --only-widths")
     for name in ('windows', 'length', 'repeat', 'group', 'evict_length', 'threads'):
@@ -354,9 +377,10 @@ def _check_options(o):
         raise ValueError(f"--out {o.out}: not a file that can be written in an existing directory")
 
 # %% ../nbs/11b_sensitivity.ipynb #p001a003
-def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, shape:bool) -> Sensitivity:
+def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, # what this run measures: its costs as zeros
+                 model:bool) -> Sensitivity: # False: before the model loads, its shape unknown
     "`s`, read from `--pool-with path`, if it was measured as this run measures (`measured`); else a clear error."
-    if differs := pooling_differences(s, measured, shape):
+    if differs := pooling_differences(s, measured, model):
         raise ValueError(f"--pool-with {path} was measured with a different {', '.join(differs)} than this run: "
                          "pool calibrations measured alike (the same --group, --rotate, --window and --residual, on "
                          "the same model)")
@@ -408,10 +432,12 @@ def main(argv=None) -> int:
         measured = Sensitivity(torch.zeros(0), FORMAT_BITS, family, evict=torch.zeros(0) if evicts else None,
                                window=o.window if evicts else None, residual=o.residual) # what this run measures
         for path, _ in o.pool_with: # each file checked before the model loads; 'auto' needs the model's shape
-            if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, shape=False)
+            if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, model=False)
         model, tok = load_model(o.model, o.device)
         shape = model_shape(ModelSpec.of(model))
-        pool = [(_pooled_part(path, load_sensitivity(path), replace(measured, shape=shape), True), n)
+        zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
+        measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
+        pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n)
                 for path, n in ((_shipped_part(shape, family) if f == 'auto' else f, n) for f, n in o.pool_with)]
         if kept is not None and kept.shape != shape:
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")

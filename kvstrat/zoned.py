@@ -176,12 +176,14 @@ def check_group(group:int, head_dim:int):
 # %% ../nbs/11c_zoned.ipynb #e0e1c004
 @patch
 def prepare(self:Zoned, spec:ModelSpec) -> StratPlan:
-    if not self.ratio >= 1:
-        raise ValueError(f"zoned ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
+    if not (self.ratio >= 1 and math.isfinite(self.ratio)):
+        raise ValueError(f"zoned ratio must be finite and >= 1 (fp16 bytes / bytes held), got {self.ratio}")
     if not 0 < self.anchor_pct <= 1 or not 0 <= self.anchor_cap <= 1:
         raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
     if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
     check_group(self.group, spec.head_dim)
+    if self.rotate and spec.head_dim & (spec.head_dim - 1):
+        raise ValueError(f"zoned rotate=True needs a power-of-2 head_dim, not {spec.head_dim}: use rotate=false")
     if not 0 <= self.bedrock <= spec.head_dim:
         raise ValueError(f"bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
     specs, profile = self.tiers(spec.head_dim), self.resolve_profile(spec)
@@ -316,7 +318,9 @@ class Adaptive(Strategy):
     zones: str = '0.25/0.3/0.25' # FP16/INT8/INT4 fractions of tokens seen; the rest is evicted
     group: int = 64
 
-    def __post_init__(self): parse_zones(self.zones, self.name, 3, exactly=True)
+    def __post_init__(self):
+        if sum(parse_zones(self.zones, self.name, 3, exactly=True)) == 0:
+            raise ValueError(f"adaptive: zones {self.zones!r} keep no token: give some a share")
     def needs(self): return Needs(attention=True, scores=True, one_way=False)
     @classmethod
     def example(cls): return cls(group=16)
