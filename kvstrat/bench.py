@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 
 # %% ../nbs/15_bench.ipynb #0a630233
 from __future__ import annotations
-import argparse, ctypes, math, multiprocessing, random, re, resource, statistics, sys, time, traceback, warnings
+import argparse, ctypes, math, multiprocessing, random, re, resource, statistics, sys, time, traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, MISSING
 from datetime import datetime
@@ -393,15 +393,6 @@ def random_tokens(n:int, vocab:int, seed:int=0) -> torch.Tensor:
     "`(n,)` token ids drawn uniformly from `vocab` with `seed`: the text of speed runs, where only the length matters."
     return torch.randint(vocab, (n,), generator=torch.Generator().manual_seed(seed))
 
-# %% ../nbs/15_bench.ipynb #6a38ce7c
-def _load_text(name:str) -> tuple[str, str]:
-    "`load_text`, with an error that names a text that is not UTF-8 and says how to convert it."
-    try: return load_text(name)
-    except UnicodeDecodeError as e:
-        raise ValueError(f"the text {name} is not UTF-8 (byte {e.object[e.start]:#x} at offset {e.start}): "
-                         f"re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 {name} > {Path(name).stem}.utf8.txt`"
-                        ) from None
-
 # %% ../nbs/15_bench.ipynb #1db37a95
 def _check_random(opts:argparse.Namespace):
     "Refuse what random weights or random text cannot measure, before anything is loaded."
@@ -431,7 +422,7 @@ def _load(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
         ids = random_tokens(max(opts.speed_lengths), model.config.get_text_config().vocab_size, opts.seed)
         text_name = f'random (seed {opts.seed})'
     else:
-        text, text_name = _load_text(opts.text)
+        text, text_name = load_text(opts.text)
         ids = tokenize(tok, text)
         if len(ids) and int(ids.max()) >= (vocab := model.config.get_text_config().vocab_size):
             raise ValueError(f"the tokenizer gives token id {int(ids.max())}, past the model's vocabulary of {vocab}: "
@@ -455,11 +446,11 @@ def longest_context(opts:argparse.Namespace) -> int:
                + [max(opts.speed_lengths) + opts.speed_decode] * ('speed' in opts.protocol), default=0)
 
 def check_context(opts:argparse.Namespace, config) -> None:
-    "Warn where the run's contexts pass the positions the model was trained for: it runs, but measures little."
+    "A one-line warning where the run's contexts pass the positions the model was trained for: it runs, but little."
     most, trained = longest_context(opts), getattr(config.get_text_config(), 'max_position_embeddings', None)
     if trained and most > trained:
-        warnings.warn(f"kvstrat-bench: this run holds up to {most:,} tokens, past the {trained:,} positions the model "
-                      "was trained for (max_position_embeddings)", stacklevel=2)
+        print(f"kvstrat-bench: warning: this run holds up to {most:,} tokens, past the {trained:,} positions the "
+              "model was trained for (max_position_embeddings)", file=sys.stderr)
 
 
 # %% ../nbs/15_bench.ipynb #07366cd1

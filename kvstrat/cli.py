@@ -10,7 +10,7 @@ import argparse, sys, textwrap
 from contextlib import nullcontext
 import torch
 from fastcore.imports import in_notebook
-from .core import check_device
+from .core import OneLineParser, check_device
 from .results import PROTOCOLS
 from .report import write_report
 from .bench import prepare, reuse_freed_memory, strategy_help
@@ -54,9 +54,8 @@ def _depth(s:str) -> float:
     return d
 
 # %% ../nbs/17_cli.ipynb #a38fddf3
-class _Parser(argparse.ArgumentParser):
-    "Errors are one line on stderr with exit code 2, without the usage dump; a callable epilog is built only for help."
-    def error(self, message): self.exit(2, f'{self.prog}: error: {message}\n')
+class _Parser(OneLineParser):
+    "One-line errors (`OneLineParser`); a callable epilog is built only for help."
     def format_help(self) -> str:
         if callable(self.epilog): self.epilog = self.epilog() # reading every strategy's source takes a second
         return super().format_help()

@@ -6,7 +6,8 @@ Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #27651762
 from __future__ import annotations
-import hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, sysconfig, tempfile
+import argparse, hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, sysconfig
+import tempfile
 import re, zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,9 @@ from .adapter import ModelSpec
 
 # %% auto #0
 __all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'check_device', 'pick_device', 'cache_dir',
-           'package_data', 'read_json', 'ModelSource', 'describe_model', 'embedded_gguf', 'convert_gguf',
-           'resolve_model', 'load_model', 'tiny_model', 'shape_model', 'load_text', 'tokenize', 'eval_windows',
-           'window_nll', 'perplexity', 'chunked_logits']
+           'package_data', 'read_json', 'OneLineParser', 'ModelSource', 'describe_model', 'embedded_gguf',
+           'convert_gguf', 'resolve_model', 'load_model', 'tiny_model', 'shape_model', 'load_text', 'tokenize',
+           'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
 def check_device(name:str|torch.device) -> torch.device:
@@ -62,6 +63,7 @@ def read_json(path, kind:str, # what the file should hold, for the errors: 'cali
               keys:tuple[str, ...], # the fields it must have
               make=lambda d: d): # what to build from them; a TypeError, ValueError or RuntimeError: malformed
     "`make` of the JSON object in `path`, holding `keys`; otherwise a `ValueError` that names the file and the fault."
+    if not Path(path).is_file(): raise FileNotFoundError(f"{kind} {path}: No such file")
     try: d = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{kind} {path} is not JSON: {e}") from None
@@ -69,6 +71,12 @@ def read_json(path, kind:str, # what the file should hold, for the errors: 'cali
     if missing: raise ValueError(f"{kind} {path} is not a kvstrat {kind}: it lacks {', '.join(missing)}")
     try: return make(d)
     except (TypeError, ValueError, RuntimeError) as e: raise ValueError(f"{kind} {path} is malformed: {e}") from None
+
+# %% ../nbs/00_core.ipynb #f1e1d005
+class OneLineParser(argparse.ArgumentParser):
+    "An `ArgumentParser` whose errors are one line on stderr with exit code 2, without the usage dump."
+    def error(self, message): self.exit(2, f'{self.prog}: error: {message}\n')
+
 
 # %% ../nbs/00_core.ipynb #4ccd95a9
 @dataclass(frozen=True)
@@ -301,7 +309,12 @@ def load_text(name:str='auto', # 'auto', 'wikitext2', 'austen', 'python' or a fi
             raise FileNotFoundError("WikiText-2 not found: set KVSTRAT_WIKITEXT to wiki.test.raw, or allow the "
                                     "`datasets` library network access.")
     elif name == 'austen': text = _austen()
-    elif Path(name).is_file(): text = Path(name).read_text(encoding='utf-8')
+    elif Path(name).is_file():
+        try: text = Path(name).read_text(encoding='utf-8')
+        except UnicodeDecodeError as e: # name the file and say how to convert it
+            fix = f"`iconv -f latin1 -t utf-8 {name} > {Path(name).stem}.utf8.txt`"
+            raise ValueError(f"the text {name} is not UTF-8 (byte {e.object[e.start]:#x} at offset {e.start}): "
+                             f"re-encode it as UTF-8, e.g. {fix}") from None
     elif re.fullmatch(r'python(\d+\.\d+-stdlib)?', name): text, name = _python_stdlib(name)
     else: raise FileNotFoundError(f"Unknown text {name!r}: use 'auto', 'wikitext2', 'austen', 'python' or a file path.")
     return text.replace('\r\n', '\n'), name

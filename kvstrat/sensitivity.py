@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .core import check_device, load_model, load_text, package_data, read_json, tokenize
+from .core import OneLineParser, check_device, load_model, load_text, package_data, read_json, tokenize
 from .adapter import ModelSpec, batch_repeated
 from .store import TierSpec, decode_rows, encode_rows
 from .linear_attention import attention_override, causal_attention, model_shape
@@ -397,7 +397,7 @@ def _shipped_part(shape:tuple, family:FormatFamily) -> str:
 # %% ../nbs/11b_sensitivity.ipynb #a1000024
 def main(argv=None) -> int:
     "`kvstrat-calibrate`: measure a model's per-head precision sensitivity and write it as JSON."
-    p = argparse.ArgumentParser(prog='kvstrat-calibrate', description=main.__doc__)
+    p = OneLineParser(prog='kvstrat-calibrate', description=main.__doc__)
     p.add_argument('--model', default='smollm2-135m', help='alias, hub id or local directory')
     p.add_argument('--texts', nargs='+', default=['wikitext2', 'austen'])
     p.add_argument('--windows', type=int, default=2, help='windows per text, every other one with a passage to copy')
@@ -434,6 +434,8 @@ def main(argv=None) -> int:
         for path, _ in o.pool_with: # each file checked before the model loads; 'auto' needs the model's shape
             if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, model=False)
         model, tok = load_model(o.model, o.device)
+        if tok is None: raise ValueError(f"--model {o.model} has no tokenizer, and calibration reads text: give a hub "
+                                         "id, a local directory with one, or an alias")
         shape = model_shape(ModelSpec.of(model))
         zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
         measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)

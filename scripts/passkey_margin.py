@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 import torch
-from kvstrat.bench import _encode, _load_text, load_bench_model, passkey_cases
+from kvstrat.bench import _encode, load_bench_model, passkey_cases
 from kvstrat.cache import CompressedCache, prefill_cache
-from kvstrat.core import tokenize
+from kvstrat.core import load_text, tokenize
 from kvstrat.policy import make_strategy, register
 from kvstrat.stratigraphic import Stratigraphic
 
@@ -48,7 +48,7 @@ if __name__ == '__main__':
     if len(sys.argv) < 3: sys.exit(__doc__)
     torch.set_num_threads(2)
     model, tok = load_bench_model('smollm2-135m')
-    cases = passkey_cases(tok, tokenize(tok, _load_text('wikitext2')[0]), [1024, 2048, 4096], [0.1, 0.5, 0.9], 2)
+    cases = passkey_cases(tok, tokenize(tok, load_text('wikitext2')[0]), [1024, 2048, 4096], [0.1, 0.5, 0.9], 2)
     out = dict(trials=[dict(length=c.length, depth=c.depth, key=c.key) for c in cases], strategies={})
     for s in ['full', *sys.argv[2:]]:
         got = out['strategies'][s] = [key_margin(model, tok, c, s) for c in cases] # [(key NLL, margin)] per trial

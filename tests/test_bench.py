@@ -76,9 +76,10 @@ def exits(argv:list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 def assert_error(code:int, err:str, message:str):
-    "A clear error: exit code 2 and one line, no traceback."
-    assert code == 2 and err.count('\n') == 1, (code, err)
-    assert err.startswith('kvstrat-bench: error: ') and message in err, err
+    "A clear error: exit code 2, one line last, and before it only the bench's one-line warnings; no traceback."
+    *notes, last = err.splitlines()
+    assert code == 2 and all(n.startswith('kvstrat-bench: warning: ') for n in notes), (code, err)
+    assert last.startswith('kvstrat-bench: error: ') and message in last, err
 
 @pytest.mark.parametrize('extra,message', BAD)
 def test_bad_arguments(extra, message, text, tmp_path, capsys):

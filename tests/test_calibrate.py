@@ -48,3 +48,10 @@ def test_pool_with_auto_where_nothing_ships(tiny_dir, capsys):
     err = capsys.readouterr().err
     assert "--pool-with auto: no calibration ships for this model's shape ('llama', 2, 2, 32)" in err
     assert 'Traceback' not in err
+
+def test_a_model_without_tokenizer(tmp_path, capsys):
+    "A `shape:` model has random weights and no tokenizer: refused before any measurement, in one line."
+    assert main(['--model', 'shape:smollm2-135m', '--out', str(tmp_path/'x.json')]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("kvstrat-calibrate: error: --model shape:smollm2-135m has no tokenizer, and calibration reads "
+                       "text: give a hub id, a local directory with one, or an alias")
