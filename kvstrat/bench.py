@@ -452,7 +452,6 @@ def check_context(opts:argparse.Namespace, config) -> None:
         print(f"kvstrat-bench: warning: this run holds up to {most:,} tokens, past the {trained:,} positions the "
               "model was trained for (max_position_embeddings)", file=sys.stderr)
 
-
 # %% ../nbs/15_bench.ipynb #07366cd1
 def prepare(opts:argparse.Namespace) -> tuple[Bench, list[Strategy]]:
     "Lock `opts.out`, load and check everything a run needs and read its results, raising before any measurement."

@@ -77,7 +77,6 @@ class OneLineParser(argparse.ArgumentParser):
     "An `ArgumentParser` whose errors are one line on stderr with exit code 2, without the usage dump."
     def error(self, message): self.exit(2, f'{self.prog}: error: {message}\n')
 
-
 # %% ../nbs/00_core.ipynb #4ccd95a9
 @dataclass(frozen=True)
 class ModelSource:

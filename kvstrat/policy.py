@@ -165,7 +165,6 @@ def _parse_value(val:str, typ, where:str):
         return val
     except (ValueError, KeyError): raise ValueError(f"{where}: cannot read {val!r} as {typ}") from None
 
-
 # %% ../nbs/06_policy.ipynb #f1e1d001
 _IS = {'int': lambda v: isinstance(v, int) and not isinstance(v, bool), 'bool': lambda v: isinstance(v, bool),
        'float': lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), 'str': lambda v: isinstance(v, str)}
@@ -179,7 +178,6 @@ def check_fields(strategy:Strategy) -> Strategy:
             raise TypeError(f"{strategy.name}: {f.name} must be {'an' if typ == 'int' else 'a'} {typ}"
                             f"{' or None' if optional else ''}, got {v!r} ({type(v).__name__})")
     return strategy
-
 
 # %% ../nbs/06_policy.ipynb #c35d8b0d
 STRATEGY_PRESETS = { # preset name -> the strategy it stands for, as `make_strategy` reads it

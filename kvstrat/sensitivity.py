@@ -208,14 +208,12 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
                          "`kvstrat-calibrate --model NAME --out FILE`")
     return s
 
-
 # %% ../nbs/11b_sensitivity.ipynb #p001a001
 def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers, KV heads, head_dim)
                         ) -> list[Path]:
     "The calibrations kvstrat ships for models of `shape`, in name order."
     return [p for p in sorted(package_data().glob('sensitivity-*.json'))
             if tuple(json.loads(p.read_text())['shape']) == tuple(shape)]
-
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
 @torch.no_grad()
@@ -272,7 +270,6 @@ def pool_sensitivities(parts:list[tuple[Sensitivity, int]], # each calibration a
     mean = lambda of: sum(of(s) * n for s, n in parts) / total
     return replace(first, cost=mean(lambda s: s.cost), evict=None if first.evict is None else mean(lambda s: s.evict),
                    source=' + '.join(f'{s.source} ({n} of {total} windows)' for s, n in parts))
-
 
 # %% ../nbs/11b_sensitivity.ipynb #a100001d
 def _widths_at(cost:torch.Tensor, row_bytes:torch.Tensor, # (n, k) cost and bytes of each choice per tensor
@@ -392,7 +389,6 @@ def _shipped_part(shape:tuple, family:FormatFamily) -> str:
         if load_sensitivity(p).family == family: return str(p)
     raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {shape} (type, layers, KV heads, "
                      f"head_dim) in these formats ({family}): pool with a file")
-
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000024
 def main(argv=None) -> int:

@@ -65,7 +65,6 @@ def absorb(self:StreamingState, heads, pos, k, v, # (n,) flat heads (streaming o
     self.S += ((group[:, :, None] * fk[:, None]).flatten(1).T @ vaug).view(self.S.shape) # (B·h·D, n) @ (n, D+1)
     self.t_state, self.newest = t_new, max(self.newest, int(pos.max()))
 
-
 # %% ../nbs/12_streaming.ipynb #eb4aa382
 @patch
 def fold_due(self:StreamingState):
@@ -78,7 +77,6 @@ def fold_due(self:StreamingState):
     if not due.any(): return
     target = torch.where(due, len(st.tiers), 0) # tier 0 is the only movable tier (checked in `__init__`)
     for heads, pos, k, v in st.move(target, fold=target == len(st.tiers)): self.absorb(heads, pos, k, v, st.seen)
-
 
 # %% ../nbs/12_streaming.ipynb #93322bac
 STREAMING_QUERY_BLOCK = 128 # queries whose exact attention a streaming head computes at once
@@ -193,7 +191,6 @@ def read_beside(self:StreamingState, out, # (B, q, H_q, D) every head's attentio
         mine, _ = self.attend_streaming(qh, K, V, slot_pos, qpos, allowed_slots(slot_pos, qpos), scaling, False)
     # only the streaming heads' answers change
     return by_head.index_copy(2, i, mine.permute(0, 3, 1, 2, 4).to(out.dtype)).view(B, q, Hq, D)
-
 
 # %% ../nbs/12_streaming.ipynb #8ffe543c
 @dataclass
