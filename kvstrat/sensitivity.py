@@ -179,7 +179,10 @@ class Sensitivity:
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
 def _check_calibration(s:Sensitivity) -> Sensitivity:
     "`s` if its costs fit its model shape and widths and are finite and >= 0; else a ValueError saying what is off."
-    L, H = (s.shape[1], s.shape[2]) if s.shape is not None and len(s.shape) == 4 else s.cost.shape[:2]
+    if s.shape is not None and not (len(s.shape) == 4 and isinstance(s.shape[0], str)
+                                    and all(isinstance(n, int) and n >= 1 for n in s.shape[1:])):
+        raise ValueError(f"shape must be [model type, layers, KV heads, head_dim] or null, got {s.shape!r}")
+    L, H = (s.shape[1], s.shape[2]) if s.shape is not None else s.cost.shape[:2]
     want = (L, H, 2, len(s.bits))
     if tuple(s.cost.shape) != want: raise ValueError(f"cost is {tuple(s.cost.shape)}, expected {want}")
     if s.evict is not None and tuple(s.evict.shape) != (L, H):
@@ -198,7 +201,7 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
     "A saved `Sensitivity`, checked; with `spec`, an error unless it was measured on a model of that shape."
     make = lambda d: _check_calibration(Sensitivity(
         torch.tensor(d['cost'], dtype=torch.float32), tuple(d['bits']), FormatFamily(**d['family']),
-        None if d['shape'] is None else tuple(d['shape']), d.get('source', ''),
+        tuple(d['shape']) if isinstance(d['shape'], list) else d['shape'], d.get('source', ''),
         None if d.get('evict') is None else torch.tensor(d['evict'], dtype=torch.float32), d.get('window'),
         d.get('residual')))
     s = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'), make)
