@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/distributed.html.md"""
 
 # %% ../nbs/17a_distributed.ipynb #819ed295
 from __future__ import annotations
-import argparse, concurrent.futures as cf, json, os, sys, time
+import argparse, concurrent.futures as cf, json, os, socket, sys, time
 from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
@@ -162,8 +162,18 @@ class LocalPool(Pool):
 # %% ../nbs/17a_distributed.ipynb #c535de75
 MAX_RETRIES = 3 # a unit whose worker process dies is run again, up to this many times
 
+def _unreachable(address:str, timeout:float=5.0) -> str|None:
+    "Why nothing answers at a Ray `host:port` (or `ray://host:port`) address; None if something does, or for 'auto'."
+    if address == 'auto': return None
+    host, _, port = address.removeprefix('ray://').rpartition(':')
+    try: socket.create_connection((host, int(port)), timeout).close()
+    except (OSError, ValueError) as e: return ' '.join(str(e).split()) or type(e).__name__
+    return None
+
 def _start_ray(ray, workers:int|None, address:str|None):
     "A local Ray of `workers` CPUs, or the cluster at `address`; ConnectionError in one line."
+    if address and (why := _unreachable(address)): # else ray.init retries for minutes before it gives up
+        raise ConnectionError(f"could not reach the Ray cluster at {address}: {why}")
     try:
         if address: ray.init(address=address, logging_level='WARNING')
         else: ray.init(address='local', num_cpus=workers, include_dashboard=False, logging_level='WARNING')
