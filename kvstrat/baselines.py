@@ -12,6 +12,7 @@ from typing import ClassVar
 from fastcore.basics import patch
 import torch
 from .store import FP16, TierSpec, index_in_head
+from .quant import check_rotatable
 from .policy import Needs, Strategy, rank_in_head, register
 
 # %% auto #0
@@ -84,7 +85,7 @@ def prepare(self:Kivi, spec):
         raise ValueError(f"kivi value_group {self.value_group} must divide head_dim {D}")
     if self.residual < 0 or self.sinks < 0:
         raise ValueError(f"kivi residual and sinks must be >= 0, got {self.residual}, {self.sinks}")
-    if self.rotate and D & (D - 1): raise ValueError(f"rotate needs a power-of-2 head_dim, got {D}")
+    if self.rotate: check_rotatable(self.name, D)
     self.tiers(D) # validates key_axis, symmetric and scale_bits
     if self.symmetric and self.bits == 2: # legal, and measured: +2,298 % on WikiText-2 (research diary, 2026-12-05)
         warnings.warn("kivi: symmetric codes at 2 bits are ternary (-1, 0 or +1 times each group's largest magnitude), "

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 # %% auto #0
 __all__ = ['SUPPORTED_BITS', 'AXES', 'MIN_SCALE', 'SCALE_BITS', 'LOG_SCALE_STEPS', 'LOG_SCALE_MIN', 'pack_bits', 'unpack_bits',
            'log_scale_decode', 'log_scale_encode', 'stored_scale', 'scale_values', 'QTensor', 'quantize',
-           'fake_quantize', 'quantize_reference', 'hadamard', 'random_hadamard']
+           'fake_quantize', 'quantize_reference', 'hadamard', 'random_hadamard', 'check_rotatable']
 
 # %% ../nbs/02_quant.ipynb #5da0f757
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -269,3 +269,10 @@ def random_hadamard(n:int, # size, a power of 2
     "`diag(s) @ hadamard(n)` with random signs `s` from `seed`: still orthonormal."
     signs = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(seed)) * 2 - 1
     return (signs[:, None] * hadamard(n, torch.float64)).to(dtype)
+
+# %% ../nbs/02_quant.ipynb #f1e1d008
+def check_rotatable(name:str, # the strategy, for the error
+                    head_dim:int):
+    "Raise a clear error where a strategy would Hadamard-rotate heads of a size that has no Hadamard matrix."
+    if head_dim & (head_dim - 1):
+        raise ValueError(f"{name} rotate=True needs a power-of-2 head_dim, not {head_dim}: use rotate=false")

@@ -15,6 +15,7 @@ import torch
 from .core import *
 from .adapter import ModelSpec
 from .store import FP16, TierSpec
+from .quant import check_rotatable
 from .policy import *
 from .cache import *
 from .baselines import *
@@ -273,8 +274,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
         raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
                          f"head_dim {D}), got {self.keys!r}")
-    if self.rotate and D & (D - 1):
-        raise ValueError(f"stratigraphic rotate=True needs a power-of-2 head_dim, not {D}: use rotate=false")
+    if self.rotate: check_rotatable(self.name, D)
     if self.schedule != 'calibrated' and self.schedule not in SCHEDULES:
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
     if not self.plain_eviction and not self.windowed_choices:

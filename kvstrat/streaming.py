@@ -413,8 +413,8 @@ def prepare(self:Streaming, spec:ModelSpec) -> StreamingSetup:
     if not 0 < self.lam < 1: raise ValueError(f"λ must be in (0, 1), got {self.lam}")
     if self.window < 0: raise ValueError(f"window must be >= 0 (0: the pattern's), got {self.window}")
     if spec.softcap is not None:
-        raise ValueError(f"{self.name}: its fixed-size state does not soft-cap attention logits, and this "
-                                  f"model caps them at {spec.softcap}")
+        raise ValueError(f"{self.name}: its fixed-size state does not soft-cap attention logits, and this model "
+                         f"caps them at {spec.softcap}")
     if not self.calibration: raise ValueError(f"{self.name}: calibration must be 'auto', 'none' or a directory, got ''")
     shipped = shipped_calibration(spec)
     cal = shipped if self.calibration == 'auto' else None if self.calibration == 'none' else Path(self.calibration)

@@ -16,6 +16,7 @@ import warnings
 from .core import *
 from .adapter import ModelSpec
 from .store import FP16, TierSpec
+from .quant import check_rotatable
 from .policy import *
 from .cache import *
 from .baselines import *
@@ -182,8 +183,7 @@ def prepare(self:Zoned, spec:ModelSpec) -> StratPlan:
         raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
     if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
     check_group(self.group, spec.head_dim)
-    if self.rotate and spec.head_dim & (spec.head_dim - 1):
-        raise ValueError(f"zoned rotate=True needs a power-of-2 head_dim, not {spec.head_dim}: use rotate=false")
+    if self.rotate: check_rotatable(self.name, spec.head_dim)
     if not 0 <= self.bedrock <= spec.head_dim:
         raise ValueError(f"bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
     specs, profile = self.tiers(spec.head_dim), self.resolve_profile(spec)
