@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/policy.html.md"""
 
 # %% ../nbs/06_policy.ipynb #7937100e
 from __future__ import annotations
-import importlib
+import importlib, re
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
@@ -206,7 +206,7 @@ def make_strategy(text:str|Strategy) -> Strategy:
                                                 f"presets: {', '.join(STRATEGY_PRESETS)}")
     cls, kw = STRATEGIES[name], {}
     types = {f.name: f.type for f in fields(cls)}
-    for item in filter(None, args.split(',')):
+    for item in filter(None, re.split(r',(?=\w+=)', args)): # a comma inside a value (a path) stays in it
         key, eq, val = item.partition('=')
         if not eq or key not in types:
             raise ValueError(f"bad parameter {item!r} for {name}; parameters: {', '.join(types) or 'none'}")
