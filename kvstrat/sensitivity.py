@@ -296,7 +296,8 @@ def knapsack(cost:torch.Tensor, nbytes:torch.Tensor, # (n, k) cost and bytes of 
              budget:float) -> torch.Tensor: # (n,) the choice of each item
     "The choices of least summed cost whose summed bytes fit `budget`: a Lagrangian bisection, then a greedy fill."
     cost, nbytes = cost.double(), nbytes.double()
-    if budget < (least := nbytes.min(1).values.sum().item()) - 1e-9:
+    least = nbytes.where(cost.isfinite(), math.inf).min(1).values.sum().item() # a choice priced inf is left out
+    if budget < least - 1e-9:
         raise ValueError(f"a budget of {budget:.6g} B is below the {least:.6g} B the choices need at least")
     if _bytes(nbytes, free := _widths_at(cost, nbytes, 0.0)) <= budget: return free # the cheapest choices fit
     price = smallest_true(lambda p: _bytes(nbytes, _widths_at(cost, nbytes, p)) <= budget) # the least that fits

@@ -290,7 +290,9 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()
     cost, nbytes = cost[planned_heads], nbytes[planned_heads]
     fp16 = self.length * 2 * 2 * D # one head's bytes at fp16
-    lo, hi = fp16 / nbytes.max(1).values.mean().item(), fp16 / nbytes.min(1).values.mean().item()
+    usable = cost.isfinite() # a choice left out (plain eviction, with plain_eviction=false) bounds nothing
+    lo = fp16 / nbytes.where(usable, 0).max(1).values.mean().item()
+    hi = fp16 / nbytes.where(usable, math.inf).min(1).values.mean().item()
     if self.ratio > hi + 1e-9:
         raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
                          f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio"

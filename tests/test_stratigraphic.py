@@ -2,7 +2,7 @@
 stay exact, the byte target is met as `cache.nbytes()` measures it, and the calibrated allocation meets any target in
 range; with eviction, the evicting heads hold their sinks and window alone, and heads whose window is quantised
 their sinks and newest tokens."""
-import warnings
+import math, warnings
 import torch
 from hypothesis import example, given, settings, strategies as st
 from kvstrat.stratigraphic import *
@@ -101,13 +101,17 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
 @example(frac=0.9, window=4, sinks=0, chunk=16, seed=1, top_bits=16, plain=True) # a window shorter than tier 0's rows
 @example(frac=0.7, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=True) # 2 heads evict plainly
 @example(frac=0.7, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=False) # ... and none may here
+@example(frac=0.5, window=2, sinks=0, chunk=5, seed=0, top_bits=16, plain=False) # a window shorter than tier 0's:
+@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0, top_bits=16, plain=False) # plain eviction, fewest, is left out
 def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed, top_bits,
                                                                            plain):
     T, residual, group = 160, 8, 8
     s = Stratigraphic(residual=residual, sinks=sinks, group=group, length=T, window=window, calibration='uniform',
                       top_bits=top_bits, plain_eviction=plain)
-    _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
-    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
+    cost, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
+    usable = cost.isfinite() # plain eviction is priced inf where plain=False: never chosen
+    fewest = nbytes.where(usable, math.inf).min(1)
+    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.where(usable, 0).max(1).values, fewest.values))
     s.ratio = ratio = lo + frac * (hi - lo)
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
@@ -117,7 +121,7 @@ def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, 
     plan = cache.derived
     if not plain: assert not (plan.widths[..., 0] == 0).any(), plan.widths # no head evicts with its window in tier 0
     if frac == 1: # the top: every head takes its fewest bytes, a quantised window where that is fewer than fp16's
-        assert plan.windowed.flatten().tolist() == (nbytes.argmin(1) > len(s.bit_widths()) ** 2).tolist()
+        assert plan.windowed.flatten().tolist() == (fewest.indices > len(s.bit_widths()) ** 2).tolist()
     for l, layer in enumerate(cache.layers):
         for h in range(layer.store.B * layer.store.H):
             mine = sorted(p for (l2, h2, p) in history[-1] if (l2, h2) == (l, h))
