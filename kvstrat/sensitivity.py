@@ -21,7 +21,7 @@ from .calibration import calibration_windows
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
            'layer_costs', 'evicting_attention', 'eviction_costs', 'Sensitivity', 'load_sensitivity',
            'shipped_calibrations', 'measure_sensitivity', 'pooling_differences', 'pool_sensitivities', 'smallest_true',
-           'knapsack', 'allocate', 'calibration_set', 'main']
+           'bytes_reach', 'knapsack', 'allocate', 'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -292,11 +292,17 @@ def smallest_true(pred, # monotone in x ≥ 0: False, then True from some x on
         lo, hi = (lo, mid) if pred(mid) else (mid, hi)
     return hi
 
+def bytes_reach(cost:torch.Tensor, nbytes:torch.Tensor, # (..., k) cost and bytes of each item's k choices
+               ) -> tuple[torch.Tensor, torch.Tensor]: # (...) the fewest and the most bytes of each item
+    "Each item's byte range over the choices it may take: a choice priced inf is never taken, so it bounds nothing."
+    usable = cost.isfinite()
+    return nbytes.where(usable, math.inf).min(-1).values, nbytes.where(usable, 0).max(-1).values
+
 def knapsack(cost:torch.Tensor, nbytes:torch.Tensor, # (n, k) cost and bytes of each item's k choices
              budget:float) -> torch.Tensor: # (n,) the choice of each item
     "The choices of least summed cost whose summed bytes fit `budget`: a Lagrangian bisection, then a greedy fill."
     cost, nbytes = cost.double(), nbytes.double()
-    least = nbytes.where(cost.isfinite(), math.inf).min(1).values.sum().item() # a choice priced inf is left out
+    least = bytes_reach(cost, nbytes)[0].sum().item()
     if budget < least - 1e-9:
         raise ValueError(f"a budget of {budget:.6g} B is below the {least:.6g} B the choices need at least")
     if _bytes(nbytes, free := _widths_at(cost, nbytes, 0.0)) <= budget: return free # the cheapest choices fit

@@ -251,8 +251,8 @@ def choose(self:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, # (L·H_k
     "One knapsack over every head ('calibrated'), or one per layer at the bytes `schedule` gives it (the ablation)."
     if self.schedule == 'calibrated': return knapsack(cost, nbytes, budget)
     c, b = cost.view(n_layers, -1, cost.shape[-1]), nbytes.view(n_layers, -1, nbytes.shape[-1])
-    share = layer_budgets(b.min(-1).values.sum(-1), b.max(-1).values.sum(-1), layer_weights(n_layers, self.schedule),
-                          budget)
+    fewest, most = bytes_reach(c, b) # (L, H_kv)
+    share = layer_budgets(fewest.sum(-1), most.sum(-1), layer_weights(n_layers, self.schedule), budget)
     choices, left = [], 0.0 # a layer's few heads leave some of its share unspent: the next layer may spend it
     for l in range(n_layers):
         choices.append(knapsack(c[l], b[l], share[l].item() + left))
@@ -290,9 +290,8 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()
     cost, nbytes = cost[planned_heads], nbytes[planned_heads]
     fp16 = self.length * 2 * 2 * D # one head's bytes at fp16
-    usable = cost.isfinite() # a choice left out (plain eviction, with plain_eviction=false) bounds nothing
-    lo = fp16 / nbytes.where(usable, 0).max(1).values.mean().item()
-    hi = fp16 / nbytes.where(usable, math.inf).min(1).values.mean().item()
+    fewest, most = bytes_reach(cost, nbytes) # (heads,) without plain eviction where plain_eviction=false
+    lo, hi = fp16 / most.mean().item(), fp16 / fewest.mean().item()
     if self.ratio > hi + 1e-9:
         raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
                          f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio"

@@ -6,7 +6,7 @@ import math, warnings
 import torch
 from hypothesis import example, given, settings, strategies as st
 from kvstrat.stratigraphic import *
-from kvstrat.sensitivity import format_row_bytes
+from kvstrat.sensitivity import bytes_reach, format_row_bytes
 
 MODEL = tiny_model('gqa', seed=2) # head_dim 32, 2 KV heads, 2 layers
 
@@ -92,25 +92,28 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
     assert all(p >= sinks for _, _, p in gone) # sinks are never evicted
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio
 
+def _windowed(frac, window, sinks, top_bits, plain, chunk=5, seed=0, schedule='calibrated'): # an example to keep
+    return example(frac=frac, window=window, sinks=sinks, chunk=chunk, seed=seed, top_bits=top_bits, plain=plain,
+                   schedule=schedule)
+
 @settings(max_examples=8, deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 40), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8]),
-       plain=st.booleans())
-@example(frac=1.0, window=40, sinks=2, chunk=5, seed=0, top_bits=16, plain=True) # the top: the windows at 2 bits
-@example(frac=0.9, window=4, sinks=0, chunk=16, seed=1, top_bits=16, plain=True) # a window shorter than tier 0's rows
-@example(frac=0.7, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=True) # 2 heads evict plainly
-@example(frac=0.7, window=40, sinks=2, chunk=5, seed=0, top_bits=8, plain=False) # ... and none may here
-@example(frac=0.5, window=2, sinks=0, chunk=5, seed=0, top_bits=16, plain=False) # a window shorter than tier 0's:
-@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0, top_bits=16, plain=False) # plain eviction, fewest, is left out
+       plain=st.booleans(), schedule=st.sampled_from(['calibrated', 'inverted']))
+@_windowed(1.0, 40, 2, 16, True) # the top: the windows at 2 bits
+@_windowed(0.9, 4, 0, 16, True, chunk=16, seed=1) # a window shorter than tier 0's rows
+@_windowed(0.7, 40, 2, 8, True) # 2 heads evict plainly
+@_windowed(0.7, 40, 2, 8, False) # ... and none may here
+@_windowed(0.5, 2, 0, 16, False) # a window shorter than tier 0's rows, where plain eviction, fewest, is left out
+@_windowed(1.0, 2, 0, 16, False)
+@_windowed(0.9, 2, 2, 16, False, schedule='inverted') # ... with fixed layer shares
 def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, window, sinks, chunk, seed, top_bits,
-                                                                           plain):
+                                                                           plain, schedule):
     T, residual, group = 160, 8, 8
     s = Stratigraphic(residual=residual, sinks=sinks, group=group, length=T, window=window, calibration='uniform',
-                      top_bits=top_bits, plain_eviction=plain)
+                      top_bits=top_bits, plain_eviction=plain, schedule=schedule)
     cost, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
-    usable = cost.isfinite() # plain eviction is priced inf where plain=False: never chosen
-    fewest = nbytes.where(usable, math.inf).min(1)
-    lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.where(usable, 0).max(1).values, fewest.values))
+    lo, hi = (T * 4 * 32 / x.mean().item() for x in reversed(bytes_reach(cost, nbytes))) # plain eviction: if allowed
     s.ratio = ratio = lo + frac * (hi - lo)
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
@@ -120,7 +123,8 @@ def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, 
     plan = cache.derived
     if not plain: assert not (plan.widths[..., 0] == 0).any(), plan.widths # no head evicts with its window in tier 0
     if frac == 1: # the top: every head takes its fewest bytes, a quantised window where that is fewer than fp16's
-        assert plan.windowed.flatten().tolist() == (fewest.indices > len(s.bit_widths()) ** 2).tolist()
+        fewest = nbytes.where(cost.isfinite(), math.inf).argmin(1)
+        assert plan.windowed.flatten().tolist() == (fewest > len(s.bit_widths()) ** 2).tolist()
     for l, layer in enumerate(cache.layers):
         for h in range(layer.store.B * layer.store.H):
             mine = sorted(p for (l2, h2, p) in history[-1] if (l2, h2) == (l, h))
