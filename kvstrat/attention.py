@@ -17,7 +17,7 @@ from . import kernels
 # %% auto #0
 __all__ = ['TIERED_MAX_QUERIES', 'SEGMENT_ROWS', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read',
            'explicit_attention', 'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads',
-           'head_groups', 'tiered_read', 'fused_read', 'tier_blocks', 'blocked_read']
+           'head_groups', 'grouped_queries', 'tiered_read', 'fused_read', 'tier_blocks', 'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -259,6 +259,15 @@ def _scores(t:TierStore, qg:torch.Tensor, # (h, g*q, D) scaled queries of the ti
     future = _per_head(t.pos, t.n_heads)[:, None, None, :] > qpos[:, None] # (h, 1, q, n)
     return s.masked_fill(future.expand(t.n_heads, g, len(qpos), -1).flatten(1, 2), -math.inf)
 
+# %% ../nbs/05_attention.ipynb #a5e0c001
+def grouped_queries(query:torch.Tensor, # (B, H_q, q, D)
+                    n_kv_heads:int, scaling:float) -> torch.Tensor: # (B*H_kv, g*q, D) float32, contiguous
+    "Scaled queries grouped by the KV head they read: query head j*g + r serves KV head j, as in `repeat_kv`."
+    B, Hq, q, D = query.shape
+    # contiguous: with one query head per KV head (MHA) the reshape is a view of the model's transposed queries,
+    # which the CPU kernels refuse
+    return (query.reshape(B * n_kv_heads, Hq // n_kv_heads * q, D).float() * scaling).contiguous()
+
 # %% ../nbs/05_attention.ipynb #753772ed
 def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
                 store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
@@ -270,7 +279,7 @@ def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
         return blocked_read(query, store, qpos, scaling, softcap=softcap), None
     B, Hq, q, D = query.shape
     BH, g = store.B * store.H, Hq // store.H
-    qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
+    qg = grouped_queries(query, store.H, scaling) # (BH, g*q, D)
     counts = torch.stack([t.counts for t in store.tiers]).long() # (n_tiers, BH)
     first = torch.cumsum(counts, 0) - counts # each tier's first slot in each head, as in `LayerStore.slot_index`
     scores = torch.full((BH, g * q, int(counts.sum(0).max())), -math.inf, device=query.device) # empty slots: -inf
@@ -348,7 +357,7 @@ def fused_read(query:torch.Tensor, # (B, H_q, q, D)
         if not t.n: continue
         if (rows := _segments(t, masked=i == 0 and q > 1)) is None: return None # deeper tiers hold older rows only
         segments += rows
-    qg = (query.reshape(BH, g * q, D).float() * scaling).contiguous() # query head j*g + r serves KV head j
+    qg = grouped_queries(query, store.H, scaling) # (BH, g*q, D)
     rotated = any(t.spec.rotate for t in store.tiers if t.n)
     qr = (qg @ rotation(D, qg.device)).contiguous() if rotated else None # rotated rows: q·x = (q·H)·y
     table = torch.tensor(segments, dtype=torch.int64)
@@ -390,7 +399,7 @@ def blocked_read(query:torch.Tensor, # (B, H_q, q, D)
     "The tiered read, `block` rows per head at a time, with an online softmax across blocks, head groups and tiers."
     B, Hq, q, D = query.shape
     BH, g = store.B * store.H, Hq // store.H
-    qg = query.reshape(BH, g * q, D).float() * scaling # query head j*g + r serves KV head j
+    qg = grouped_queries(query, store.H, scaling) # (BH, g*q, D)
     m = torch.full((BH, g * q, 1), -math.inf, device=query.device) # running maximum score
     l, acc = torch.zeros_like(m), torch.zeros(BH, g * q, D, device=query.device) # normaliser, weighted sum
     for i, t in enumerate(store.tiers):

@@ -1,7 +1,7 @@
-"""The shared test matrix: every registered strategy on tiny GQA, MQA and sliding-window models, and on tiny Gemma 3
-(also with a single KV head, as Gemma 3 1B), Gemma 2 (soft-capped logits), Phi-3 (fused qkv) and Qwen2.5 models,
-through chunked forwards, greedy generate, batch 2 with padding, beam search and crop.
-(MHA is GQA with one query head per KV head; the core notebook covers it.)
+"""The shared test matrix: every registered strategy on tiny GQA, MHA, MQA and sliding-window models, and on tiny
+Gemma 3 (also with a single KV head, as Gemma 3 1B), Gemma 2 (soft-capped logits), Phi-3 (fused qkv) and Qwen2.5
+models, through chunked forwards, greedy generate, batch 2 with padding, beam search and crop. (With MHA a chunk's
+queries, grouped by KV head, are a strided view of the model's; the kernels need them contiguous.)
 
 Adding a strategy is one class: `EveryOtherOld` below is defined here and nowhere else, and the matrix runs it
 like every other registered strategy."""
@@ -28,7 +28,7 @@ class EveryOtherOld(Strategy):
         old = (view.pos >= 1) & (view.pos < view.seen - self.window)
         return torch.where(old, torch.where(view.pos % 2 == 0, 1, 2), view.tier)
 
-MATRIX_LAYOUTS = ('gqa', 'mqa', 'sliding', 'gemma3', 'gemma3-1b', 'gemma2', 'phi3', 'qwen2.5')
+MATRIX_LAYOUTS = ('gqa', 'mha', 'mqa', 'sliding', 'gemma3', 'gemma3-1b', 'gemma2', 'phi3', 'qwen2.5')
 SINGLE_KV_HEAD = ('mqa', 'gemma3-1b')
 SOFTCAPPED = ('gemma2',) # attention logits capped: tanh(s/c)·c
 # variants whose storage differs from their strategy's example: zoned's low-rank bedrock (filled by generate);
