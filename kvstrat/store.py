@@ -557,6 +557,7 @@ def crop(self:LayerStore, length:int):
     for t, pos in zip(self.tiers, self.positions()):
         if t.n: t.select(pos < length)
     self.seen = length
+    self.padding_evicted = self.padding_evicted.clamp(max=length) # cropped into a row's padding: what is left of it
 
 @patch
 def keep_newest_below(self:LayerStore, most:torch.Tensor): # (B*H,) rows each head may hold below tier 0
