@@ -86,7 +86,8 @@ def prepare(self:Kivi, spec):
     if self.residual < 0 or self.sinks < 0:
         raise ValueError(f"kivi residual and sinks must be >= 0, got {self.residual}, {self.sinks}")
     if self.rotate: check_rotatable(self.name, D)
-    self.tiers(D) # validates key_axis, symmetric and scale_bits
+    try: self.tiers(D) # validates key_axis, symmetric and scale_bits
+    except ValueError as e: raise ValueError(f"kivi: {e}") from None
     if self.symmetric and self.bits == 2: # legal, and measured: +2,298 % on WikiText-2 (research diary, 2026-12-05)
         warnings.warn("kivi: symmetric codes at 2 bits are ternary (-1, 0 or +1 times each group's largest magnitude), "
                       "so most entries round to zero and the model loses most of the cache; symmetric=False keeps "

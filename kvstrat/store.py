@@ -41,7 +41,8 @@ class TierSpec:
             raise ValueError(f"a low-rank tier needs bits=None and rank >= 1, got bits={self.bits}, rank={self.rank}")
         if self.key_axis not in ('channel', 'token'):
             raise ValueError(f"key_axis must be 'channel' or 'token', got {self.key_axis!r}")
-        if self.symmetric and self.key_axis == 'channel': raise ValueError("symmetric quantisation is per token only")
+        if self.symmetric and self.key_axis == 'channel':
+            raise ValueError("symmetric quantisation is per token only: use key_axis=token or symmetric=false")
         if self.scale_bits not in SCALE_BITS:
             raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {self.scale_bits}")
         if self.value_bits is not None:

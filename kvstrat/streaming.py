@@ -410,8 +410,8 @@ def prepare(self:Streaming, spec:ModelSpec) -> StreamingSetup:
     "Resolve pattern, routing and calibration for this model; raise on what cannot work."
     if spec.n_kv_heads < 2:
         raise ValueError("streaming heads are routed per KV head: a model with a single KV head has nothing to route")
-    if not 0 < self.lam < 1: raise ValueError(f"λ must be in (0, 1), got {self.lam}")
-    if self.window < 0: raise ValueError(f"window must be >= 0 (0: the pattern's), got {self.window}")
+    if not 0 < self.lam < 1: raise ValueError(f"{self.name} lam (λ) must be in (0, 1), got {self.lam}")
+    if self.window < 0: raise ValueError(f"{self.name} window must be >= 0 (0: the pattern's), got {self.window}")
     if spec.softcap is not None:
         raise ValueError(f"{self.name}: its fixed-size state does not soft-cap attention logits, and this model "
                          f"caps them at {spec.softcap}")

@@ -121,7 +121,8 @@ def parse_zones(zones:str, # fractions of the tokens seen, 'a/b/c'
     except ValueError: f = []
     n = f"{most}" if exactly else f"1-{most}"
     if not (len(f) == most if exactly else 1 <= len(f) <= most) or any(not x >= 0 for x in f) or sum(f) > 1 + 1e-9:
-        raise ValueError(f"{name}: zones must be {n} non-negative fractions summing to at most 1, got {zones!r}")
+        raise ValueError(f"{name}: zones must be {n} non-negative fractions separated by /, summing to at most 1, "
+                         f"got {zones!r}")
     return f
 
 # %% ../nbs/11c_zoned.ipynb #f8377fe5
@@ -169,10 +170,10 @@ class StratPlan:
     short_warned: list = field(default_factory=list) # a warning that the target is out of reach was given (once)
 
 # %% ../nbs/11c_zoned.ipynb #a7c1e0d1
-def check_group(group:int, head_dim:int):
+def check_group(name:str, group:int, head_dim:int): # name: the strategy, for the message
     "A zone's group size must be a positive divisor of `head_dim`: whole groups tile each row."
     if not (isinstance(group, int) and group >= 1 and head_dim % group == 0):
-        raise ValueError(f"group must be a positive divisor of head_dim {head_dim}, got {group}")
+        raise ValueError(f"{name} group must be a positive divisor of head_dim {head_dim}, got {group}")
 
 # %% ../nbs/11c_zoned.ipynb #e0e1c004
 @patch
@@ -180,12 +181,14 @@ def prepare(self:Zoned, spec:ModelSpec) -> StratPlan:
     if not (self.ratio >= 1 and math.isfinite(self.ratio)):
         raise ValueError(f"zoned ratio must be finite and >= 1 (fp16 bytes / bytes held), got {self.ratio}")
     if not 0 < self.anchor_pct <= 1 or not 0 <= self.anchor_cap <= 1:
-        raise ValueError("anchor_pct must be in (0, 1] and anchor_cap in [0, 1]")
-    if self.residual < 0 or self.sinks < 0: raise ValueError("residual and sinks must be >= 0")
-    check_group(self.group, spec.head_dim)
+        raise ValueError(f"zoned anchor_pct must be in (0, 1] and anchor_cap in [0, 1], got {self.anchor_pct}, "
+                         f"{self.anchor_cap}")
+    if self.residual < 0 or self.sinks < 0:
+        raise ValueError(f"zoned residual and sinks must be >= 0, got {self.residual}, {self.sinks}")
+    check_group(self.name, self.group, spec.head_dim)
     if self.rotate: check_rotatable(self.name, spec.head_dim)
     if not 0 <= self.bedrock <= spec.head_dim:
-        raise ValueError(f"bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
+        raise ValueError(f"zoned bedrock rank must be in [0, head_dim {spec.head_dim}], got {self.bedrock}")
     specs, profile = self.tiers(spec.head_dim), self.resolve_profile(spec)
     costs = torch.tensor([row_bytes(t, spec.head_dim) for t in specs] + [0.]) # last: evicted
     return StratPlan(layer_weights(spec.n_layers, self.schedule, self.strength), profile.weights, costs,
@@ -324,7 +327,7 @@ class Adaptive(Strategy):
     def needs(self): return Needs(attention=True, scores=True, one_way=False)
     @classmethod
     def example(cls): return cls(group=16)
-    def prepare(self, spec): check_group(self.group, spec.head_dim)
+    def prepare(self, spec): check_group(self.name, self.group, spec.head_dim)
     def tiers(self, head_dim:int):
         return (FP16, TierSpec(8, 'token', self.group, self.group), TierSpec(4, 'channel', self.group, self.group))
     def observe(self, view, probs): return accumulate_attention(view.score, probs)
