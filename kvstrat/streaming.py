@@ -243,6 +243,8 @@ def streaming_heads(pattern:HeadPattern, spec:ModelSpec, fraction:float) -> torc
     v[torch.tensor(spec.sliding)] = float('inf')
     n = round(fraction * int(torch.isfinite(v).sum()))
     if n < 1: raise ValueError(f"streaming fraction {fraction} selects no head of this model's {v.numel()}")
+    if n == v.numel(): raise ValueError(f"streaming fraction {fraction} selects all {n} of this model's heads: it "
+                                        "leaves no retrieval head")
     mask = torch.zeros(v.numel(), dtype=torch.bool)
     mask[v.flatten().argsort(stable=True)[:n]] = True
     return mask.view_as(v)
