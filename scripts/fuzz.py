@@ -1,0 +1,142 @@
+"""Random use of every strategy on tiny models, to find what the fixed tests do not: a search, not a test.
+
+    python scripts/fuzz.py chunks SEED RUNS          # random batch, length and chunking on seven layouts
+    python scripts/fuzz.py ops SEED RUNS             # padded batches, steps, chunks, beam reorders and crops
+    python scripts/fuzz.py params SEED RUNS          # each strategy's example with numeric fields drawn afresh
+    python scripts/fuzz.py stratigraphic SEED RUNS   # Stratigraphic's whole parameter space, bytes measured
+
+Every run must end with finite logits and `get_seq_length()` right. A refusal (`ValueError` or `TypeError`) is
+fine, except in `params`, where a refusal that reads like torch's internals and names no strategy is reported.
+Anything else is reported with its draw, and the first few with their traceback. In `stratigraphic`, the measured
+compression after `length` tokens must reach the ratio. A run takes 0.1–0.5 s; see the research diary of 2026-12-05.
+"""
+import sys, random, warnings, traceback, dataclasses
+from pathlib import Path
+import torch
+sys.path.insert(0, str(Path(__file__).parents[1]/'tests'))
+import conftest # noqa: F401  (Triton's interpreter on the CPU, as the tests run)
+from test_strategies import VARIANTS # the matrix's variants, and its test-only strategy registered
+from kvstrat.core import tiny_model
+from kvstrat.cache import CompressedCache
+from kvstrat.policy import STRATEGIES, make_strategy
+from kvstrat.stratigraphic import Stratigraphic
+
+# documented refusals: ours, and transformers' sliding-window layers, which cannot crop once their window is full
+EXPECTED = ('single KV head', 'soft-cap', 'cannot crop', 'activate_past_recording')
+
+def strategy_named(name): return make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
+
+def feed(model, cache, ids, rng, first=None):
+    "Feed `ids` (B, T) in random chunks, single steps most often; every logit must be finite."
+    T, i = ids.shape[1], 0
+    with cache.attached(model), torch.no_grad():
+        while i < T:
+            c = min(first if i == 0 and first else rng.choice([1, 1, 1, rng.randint(1, 24)]), T - i)
+            out = model(ids[:, i:i + c], cache=cache, use_cache=True); i += c
+            assert torch.isfinite(out.logits).all(), 'non-finite logits'
+    assert cache.get_seq_length() == T, (cache.get_seq_length(), T)
+
+def chunks(rng, models, it, draw):
+    name, layout = rng.choice(sorted(STRATEGIES) + sorted(VARIANTS)), rng.choice(list(models))
+    B, T = rng.choice([1, 2]), rng.randint(1, 160)
+    draw.append(f'{name} {layout} B={B} T={T}')
+    ids = torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(it))
+    feed(models[layout], CompressedCache(models[layout], strategy_named(name)), ids, rng, rng.randint(1, T))
+
+def ops(rng, models, it, draw):
+    name, layout = rng.choice(sorted(STRATEGIES) + sorted(VARIANTS)), rng.choice(list(models))
+    model, B, T = models[layout], rng.choice([1, 2, 3]), rng.randint(1, 120)
+    pad = rng.choice([0, 0, rng.randint(1, max(1, T - 1))]) if B > 1 else 0
+    g = torch.Generator().manual_seed(it)
+    mask = torch.ones(B, T, dtype=torch.long); mask[0, :pad] = 0 # row 0 left-padded
+    cache = CompressedCache(model, strategy_named(name))
+    draw.append(f'{name} {layout} B={B} T={T} pad={pad}')
+    with cache.attached(model), torch.no_grad():
+        model(torch.randint(1, 256, (B, T), generator=g), attention_mask=mask,
+              position_ids=(mask.cumsum(-1) - 1).clamp(min=0), cache=cache, use_cache=True)
+        for _ in range(rng.randint(1, 12)):
+            op, seen = rng.choice(['step', 'step', 'chunk', 'reorder', 'crop']), mask.shape[1]
+            if op in ('step', 'chunk'):
+                c = 1 if op == 'step' else rng.randint(2, 20)
+                mask = torch.cat([mask, torch.ones(B, c, dtype=torch.long)], 1)
+                out = model(torch.randint(1, 256, (B, c), generator=g), attention_mask=mask,
+                            position_ids=(mask.cumsum(-1) - 1)[:, -c:], cache=cache, use_cache=True)
+                assert torch.isfinite(out.logits).all(), 'non-finite logits'
+                draw.append(f'{op} {c}')
+            elif op == 'reorder':
+                idx = torch.tensor([rng.randrange(B) for _ in range(B)])
+                cache.reorder_cache(idx); mask = mask[idx]; draw.append(f'reorder {idx.tolist()}')
+            elif seen > 1:
+                k = rng.randint(1, max(1, min(seen - 1, seen // 3)))
+                cache.crop(-k); mask = mask[:, :seen - k]; draw.append(f'crop {k}')
+            assert cache.get_seq_length() == mask.shape[1], (cache.get_seq_length(), mask.shape[1])
+
+def drawn(rng, value, annotation):
+    "A value for a numeric or boolean field near `value`: 0, ±1, halved, doubled, negative, random, None if allowed."
+    t, none = str(annotation), ([None] if 'None' in str(annotation) else [])
+    if isinstance(value, bool) or t == 'bool': return rng.choice([True, False])
+    if isinstance(value, int) or 'int' in t:
+        base = value if isinstance(value, int) else 8
+        return rng.choice([0, 1, -1, base, base * 2, base // 2 or 2, rng.randint(0, 64)] + none)
+    if isinstance(value, float) or 'float' in t:
+        base = value if isinstance(value, (int, float)) else 0.5
+        return rng.choice([0.0, 1.0, base, base * 2, base / 2, rng.uniform(0, 2 * max(base, 1)), -0.5] + none)
+    return value
+
+def params(rng, models, it, draw):
+    name, layout = rng.choice(sorted(STRATEGIES)), rng.choice(list(models))
+    example = STRATEGIES[name].example()
+    kw = {f.name: drawn(rng, getattr(example, f.name), f.type) for f in dataclasses.fields(example)
+          if rng.random() < 0.35}
+    B, T = rng.choice([1, 2]), rng.randint(1, 140)
+    draw.append(f'{name} {layout} B={B} T={T} {kw}')
+    ids = torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(it))
+    try: feed(models[layout], CompressedCache(models[layout], dataclasses.replace(example, **kw)), ids, rng)
+    except (ValueError, TypeError) as e:
+        if name not in str(e) and any(w in str(e) for w in ('split_with_sizes', 'size of tensor', 'must match')):
+            raise AssertionError(f'a refusal in torch\'s words: {e}') from None
+        raise
+
+def stratigraphic(rng, models, it, draw):
+    layout, length = rng.choice(['gqa', 'mha', 'mqa']), rng.randint(40, 200)
+    keys = rng.choice(['channel', 'channel', 'token'])
+    s = Stratigraphic(ratio=round(rng.uniform(1, 6), 2), residual=rng.randint(0, 16), sinks=rng.randint(0, 6),
+                      group=rng.choice([8, 16, 32] if keys == 'token' else [4, 8, 16, 32]), length=length,
+                      calibration='uniform', window=rng.choice([None, rng.randint(1, 48)]),
+                      widths=rng.choice(['8/4/3/2', '8/4/2', '4/2', '8', '2', '8/3']),
+                      schedule=rng.choice(['calibrated', 'calibrated', 'uniform', 'inverted', 'pyramid']), keys=keys,
+                      rotate=rng.choice([True, False]), anchors=rng.choice([0, 0, rng.randint(1, 3)]),
+                      quantised_window=rng.choice([True, False]), top_bits=rng.choice([None, 16, 8]),
+                      plain_eviction=rng.choice([None, None, None, True, False]))
+    model, B = models[layout], rng.choice([1, 2])
+    draw.append(f'{layout} B={B} {s.label}')
+    cache = CompressedCache(model, s)
+    feed(model, cache, torch.randint(0, 256, (B, length), generator=torch.Generator().manual_seed(it)), rng,
+         rng.randint(1, length))
+    measured = cache.fp16_nbytes() / cache.nbytes()
+    assert measured >= s.ratio, f'measured {measured:.4f}x, short of the ratio (planned {cache.derived.planned:.4f}x)'
+
+LAYOUTS = {'chunks': ('gqa', 'mha', 'mqa', 'sliding', 'qwen2.5', 'gemma3', 'phi3'),
+           'ops': ('gqa', 'mha', 'mqa', 'gemma3', 'qwen2.5'), 'params': ('gqa', 'mha', 'qwen2.5'),
+           'stratigraphic': ('gqa', 'mha', 'mqa')}
+
+def main(kind:str, seed:int, runs:int):
+    warnings.simplefilter('ignore') # left padding and out-of-range targets warn; the fuzz looks at what fails
+    rng, models = random.Random(seed), {l: tiny_model(l, seed=1) for l in LAYOUTS[kind]}
+    ran, refused, failed = 0, 0, 0
+    for it in range(runs):
+        draw = [] # what this run drew, for the report
+        try: globals()[kind](rng, models, it, draw); ran += 1
+        except Exception as e: # drawn parameters may be refused; the examples only as documented
+            if any(x in str(e) for x in EXPECTED) or (kind in ('params', 'stratigraphic')
+                                                      and isinstance(e, (ValueError, TypeError))): refused += 1
+            else: failed += 1; report(it, draw, e, failed)
+    print(f'{kind}, seed {seed}: {ran} ran, {refused} refused, {failed} failed')
+
+def report(it, draw, e, failed):
+    print(f'FAILED run {it} ({"; ".join(draw)}): {type(e).__name__}: {str(e)[:300]}', flush=True)
+    if failed <= 3: traceback.print_exc()
+
+if __name__ == '__main__':
+    if len(sys.argv) != 4 or sys.argv[1] not in LAYOUTS: sys.exit(__doc__)
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
