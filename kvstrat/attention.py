@@ -352,7 +352,7 @@ def fused_read(query:torch.Tensor, # (B, H_q, q, D)
     "The tiered read of the whole layer in one call of the CPU kernels, heads of unequal rows too; no probabilities."
     if not kernels.kernels_available() or query.device.type != 'cpu': return None
     B, Hq, q, D = query.shape
-    BH, g, segments = store.B * store.H, Hq // store.H, []
+    g, segments = Hq // store.H, []
     for i, t in enumerate(store.tiers):
         if not t.n: continue
         if (rows := _segments(t, masked=i == 0 and q > 1)) is None: return None # deeper tiers hold older rows only
