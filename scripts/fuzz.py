@@ -120,23 +120,24 @@ LAYOUTS = {'chunks': ('gqa', 'mha', 'mqa', 'sliding', 'qwen2.5', 'gemma3', 'phi3
            'ops': ('gqa', 'mha', 'mqa', 'gemma3', 'qwen2.5'), 'params': ('gqa', 'mha', 'qwen2.5'),
            'stratigraphic': ('gqa', 'mha', 'mqa')}
 
-def main(kind:str, seed:int, runs:int):
+def search(kind:str, seed:int, runs:int) -> tuple[int, int, list[str]]:
+    "Runs that ran, runs refused, and a line for each failure (the first three print their traceback)."
     warnings.simplefilter('ignore') # left padding and out-of-range targets warn; the fuzz looks at what fails
     rng, models = random.Random(seed), {l: tiny_model(l, seed=1) for l in LAYOUTS[kind]}
-    ran, refused, failed = 0, 0, 0
+    ran, refused, failures = 0, 0, []
     for it in range(runs):
         draw = [] # what this run drew, for the report
         try: globals()[kind](rng, models, it, draw); ran += 1
         except Exception as e: # drawn parameters may be refused; the examples only as documented
             if any(x in str(e) for x in EXPECTED) or (kind in ('params', 'stratigraphic')
                                                       and isinstance(e, (ValueError, TypeError))): refused += 1
-            else: failed += 1; report(it, draw, e, failed)
-    print(f'{kind}, seed {seed}: {ran} ran, {refused} refused, {failed} failed')
-
-def report(it, draw, e, failed):
-    print(f'FAILED run {it} ({"; ".join(draw)}): {type(e).__name__}: {str(e)[:300]}', flush=True)
-    if failed <= 3: traceback.print_exc()
+            else:
+                failures.append(f'run {it} ({"; ".join(draw)}): {type(e).__name__}: {str(e)[:300]}')
+                print('FAILED', failures[-1], flush=True)
+                if len(failures) <= 3: traceback.print_exc()
+    return ran, refused, failures
 
 if __name__ == '__main__':
     if len(sys.argv) != 4 or sys.argv[1] not in LAYOUTS: sys.exit(__doc__)
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    ran, refused, failures = search(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    print(f'{sys.argv[1]}, seed {sys.argv[2]}: {ran} ran, {refused} refused, {len(failures)} failed')
