@@ -3,6 +3,7 @@ and randomised checks of the scorers against plain loops."""
 import math, pytest, torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
+from conftest import examples
 import kvstrat.importance # registers streamingllm, snapkv and h2o (for the shared matrix too)
 from kvstrat.core import tiny_model
 from kvstrat.cache import CompressedCache, CompressedLayer
@@ -70,7 +71,7 @@ def test_streamingllm_keeps_sinks_and_window():
     for l in cache.layers:
         for s in _held(l): assert s == {0, 1, 2} | set(range(48, 60)) # 15 = ceil(0.25 * 60) tokens
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60), groups=st.integers(1, 4), quota=st.integers(0, 20))
 def test_keep_top_matches_sorting(seed, n, groups, quota):
     g = torch.Generator().manual_seed(seed)
@@ -95,7 +96,7 @@ def _loop_topic_shift(keys, pos, head, window):
             out[rows[i]] = 1 - F.cosine_similarity(a, b, dim=0)
     return out
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 50), heads=st.integers(1, 3), window=st.integers(1, 8))
 def test_topic_shift_matches_loop(seed, n, heads, window):
     g = torch.Generator().manual_seed(seed)
@@ -104,7 +105,7 @@ def test_topic_shift_matches_loop(seed, n, heads, window):
     torch.testing.assert_close(topic_shift_scores(keys, pos, head, window), _loop_topic_shift(keys, pos, head, window),
                                atol=1e-5, rtol=1e-5)
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), kernel=st.sampled_from([1, 3, 7]))
 def test_snapkv_pool_matches_loop(seed, n, kernel):
     g = torch.Generator().manual_seed(seed)

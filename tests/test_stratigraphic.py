@@ -5,6 +5,7 @@ their sinks and newest tokens."""
 import math, warnings
 import torch
 from hypothesis import example, given, settings, strategies as st
+from conftest import examples
 from kvstrat.stratigraphic import *
 from kvstrat.sensitivity import bytes_reach, format_row_bytes
 
@@ -35,7 +36,7 @@ def _anchors(snapshot:dict, sinks:int) -> set:
         if tier > 0: newest_sunk[l, h] = max(newest_sunk.get((l, h), -1), p)
     return {(l, h, p) for (l, h, p), tier in snapshot.items() if tier == 0 and sinks <= p < newest_sunk.get((l, h), -1)}
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(frac=st.floats(0, 1), residual=st.integers(0, 12), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), setting=st.sampled_from(SETTINGS))
 @example(frac=1.0, residual=0, sinks=0, chunk=5, seed=0, setting=SETTINGS[0]) # the top: every head at 2 bits
@@ -67,7 +68,7 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
     assert set(cache.derived.widths.unique().tolist()) <= allowed, cache.derived.widths
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio # as measured, with no slack
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 24), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000))
 @example(frac=1.0, window=2, sinks=0, chunk=5, seed=0) # the top of the range: every head evicts
@@ -96,7 +97,7 @@ def _windowed(frac, window, sinks, top_bits, plain, chunk=5, seed=0, schedule='c
     return example(frac=frac, window=window, sinks=sinks, chunk=chunk, seed=seed, top_bits=top_bits, plain=plain,
                    schedule=schedule)
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 40), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8]),
        plain=st.booleans(), schedule=st.sampled_from(['calibrated', 'inverted']))
@@ -137,7 +138,7 @@ def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, 
     assert all(p >= sinks for _, _, p in gone) # sinks are never evicted
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10_000), frac=st.floats(0, 1))
 def test_allocation_meets_any_target_in_range(seed, frac):
     g = torch.Generator().manual_seed(seed)
@@ -157,7 +158,7 @@ def test_allocation_meets_any_target_in_range(seed, frac):
             sens.cost[l, h, kv, j - 1] >= cost[l, h, kv]
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(seed=st.integers(0, 10_000), frac=st.floats(0, 1), window=st.sampled_from([None, 16]))
 @example(seed=0, frac=0.0, window=None) # the bottom of the range: every head at 8 bits
 @example(seed=0, frac=1.0, window=16) # the top: every head at its cheapest choice
