@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/baselines.html.md"""
 
 # %% ../nbs/08_baselines.ipynb #2729a1c9
 from __future__ import annotations
-import warnings
+import math, warnings
 from dataclasses import dataclass
 from typing import ClassVar
 from fastcore.basics import patch
@@ -97,7 +97,8 @@ def prepare(self:Kivi, spec):
 def sinking_rows(view, # an ordered strategy's view: tier 0 alone
                  residual:int, sinks:int, # most recent and first tokens that stay
                  group:int|None, # rows that leave together per head (None: any number)
-                 anchors:int=0, # of each run of `group + anchors` due rows, the most important stay in tier 0 for good
+                 anchors:int=0, # of each run of `group + anchors` due rows, the most important but its newest stay
+                                # in tier 0 for good
                  importance:torch.Tensor|None=None) -> torch.Tensor: # (N,) with anchors: what ranks them
     "(N,) bool: each head's oldest rows past its first `sinks` and last `residual` tokens, in whole `group`s."
     BH, run = view.batch * view.n_kv_heads, (group or 1) + anchors
@@ -111,7 +112,9 @@ def sinking_rows(view, # an ordered strategy's view: tier 0 alone
     sink = due & (rank < (n_due // run * run)[view.head]) # whole runs, oldest first
     if anchors:
         run_id = (view.head * (view.seen // run + 1) + rank // run)[sink] # one id per (head, run)
-        sink[sink.clone()] = rank_in_head(run_id, -importance[sink]) >= anchors
+        # a run's newest row always sinks: an anchor then has a sunk row above it, the gap that keeps it from being due
+        newest = (rank % run == run - 1)[sink]
+        sink[sink.clone()] = rank_in_head(run_id, (-importance[sink]).masked_fill(newest, math.inf)) >= anchors
     return sink
 
 # %% ../nbs/08_baselines.ipynb #b04e48ec

@@ -107,7 +107,8 @@ class Stratigraphic(Strategy):
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
-    anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended stay in tier 0 for good
+    anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended but its newest stay in
+                     # tier 0 for good
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
     top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16 or 8 bits; None: by `ratio`
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
