@@ -8,7 +8,8 @@
 Every run must end with finite logits and `get_seq_length()` right. A refusal (`ValueError` or `TypeError`) is
 fine, except in `params`, where a refusal that reads like torch's internals and names no strategy is reported.
 Anything else is reported with its draw, and the first few with their traceback. In `stratigraphic`, the measured
-compression after `length` tokens must reach the ratio. A run takes 0.1–0.5 s; see the research diary of 2026-12-05.
+compression after `length` tokens must reach the ratio. A run takes tens of milliseconds; see the research diary of
+2026-12-05.
 """
 import sys, random, warnings, traceback, dataclasses
 from pathlib import Path
@@ -18,7 +19,7 @@ import conftest # noqa: F401  (Triton's interpreter on the CPU, as the tests run
 from test_strategies import VARIANTS # the matrix's variants, and its test-only strategy registered
 from kvstrat.core import tiny_model
 from kvstrat.cache import CompressedCache
-from kvstrat.policy import STRATEGIES, make_strategy
+from kvstrat.policy import STRATEGIES, _field_type, make_strategy
 from kvstrat.stratigraphic import Stratigraphic
 
 # documented refusals: ours, and transformers' sliding-window layers, which cannot crop once their window is full
@@ -73,12 +74,13 @@ def ops(rng, models, it, draw):
 
 def drawn(rng, value, annotation):
     "A value for a numeric or boolean field near `value`: 0, ±1, halved, doubled, negative, random, None if allowed."
-    t, none = str(annotation), ([None] if 'None' in str(annotation) else [])
-    if isinstance(value, bool) or t == 'bool': return rng.choice([True, False])
-    if isinstance(value, int) or 'int' in t:
+    typ, optional = _field_type(annotation) # as `make_strategy` reads the field
+    none = [None] if optional else []
+    if typ == 'bool': return rng.choice([True, False])
+    if typ == 'int':
         base = value if isinstance(value, int) else 8
         return rng.choice([0, 1, -1, base, base * 2, base // 2 or 2, rng.randint(0, 64)] + none)
-    if isinstance(value, float) or 'float' in t:
+    if typ == 'float':
         base = value if isinstance(value, (int, float)) else 0.5
         return rng.choice([0.0, 1.0, base, base * 2, base / 2, rng.uniform(0, 2 * max(base, 1)), -0.5] + none)
     return value

@@ -1,4 +1,4 @@
-"""A few runs of each of `scripts/fuzz.py`'s searches, at a fixed seed: random batches, chunks, padding, crops,
+"""250 runs of each of `scripts/fuzz.py`'s searches, at a fixed seed: random batches, chunks, padding, crops,
 reorders and parameters on tiny models. Each kind must run most of its draws, and none may fail."""
 import sys
 from pathlib import Path
@@ -8,6 +8,6 @@ from fuzz import LAYOUTS, search
 
 @pytest.mark.parametrize('kind', LAYOUTS)
 def test_fuzz(kind):
-    ran, refused, failures = search(kind, seed=0, runs=40)
+    ran, refused, failures = search(kind, seed=0, runs=250)
     assert not failures, failures
     assert ran >= 12, (ran, refused) # drawn parameters are often refused; the draws must still run
