@@ -213,10 +213,12 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
 
 # %% ../nbs/11b_sensitivity.ipynb #p001a001
 def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers, KV heads, head_dim)
+                         family:FormatFamily|None=None, # those measured in these formats first
                         ) -> list[Path]:
-    "The calibrations kvstrat ships for models of `shape`, in name order."
-    return [p for p in sorted(package_data().glob('sensitivity-*.json'))
-            if tuple(json.loads(p.read_text())['shape']) == tuple(shape)]
+    "The calibrations kvstrat ships for models of `shape`, in name order (with `family`, its formats first)."
+    found = [p for p in sorted(package_data().glob('sensitivity-*.json'))
+             if tuple(json.loads(p.read_text())['shape']) == tuple(shape)]
+    return found if family is None else sorted(found, key=lambda p: load_sensitivity(p).family != family)
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
 @torch.no_grad()

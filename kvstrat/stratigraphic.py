@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/stratigraphic.html.md"""
 
 # %% ../nbs/11_stratigraphic.ipynb #0b5afed3
 from __future__ import annotations
-import json, math, warnings
+import math, warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from fastcore.basics import patch
@@ -144,8 +144,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
                              "or a file")
         s = load_sensitivity(self.calibration, spec)
     else:
-        found = shipped_calibrations(model_shape(spec))
-        found.sort(key=lambda p: FormatFamily(**json.loads(p.read_text())['family']) != self.family) # its formats first
+        found = shipped_calibrations(model_shape(spec), self.family) # its formats first
         if not found: # a plan still, but blind to which heads need their bits: say so, and how to measure them
             warnings.warn(f"stratigraphic: no calibration ships for this model's shape {model_shape(spec)} (type, "
                           "layers, KV heads, head_dim), so every head is priced alike, as calibration=uniform does; "
