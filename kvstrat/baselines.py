@@ -24,7 +24,6 @@ __all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows', 'quiet_
 class Full(Strategy):
     "FullKV: the reference. Stored exactly as `DynamicCache` stores it."
     name: ClassVar[str] = 'full'
-    by_position: ClassVar[bool] = False
     def needs(self): return Needs(fp_dtype=None, exact=True)
 
 # %% ../nbs/08_baselines.ipynb #4995080a
@@ -32,7 +31,6 @@ class Full(Strategy):
 class NaiveQuant(Strategy):
     "Every token quantised symmetrically per token (the original's INT8/INT4)."
     bits: ClassVar[int] = 8
-    by_position: ClassVar[bool] = False # each token alone, as it arrives
     def needs(self): return Needs(ordered=True)
     def tiers(self, head_dim:int): return (FP16, TierSpec(self.bits, 'token', head_dim, head_dim, symmetric=True))
     def assign(self, view): return torch.ones_like(view.tier)

@@ -6,9 +6,10 @@ Docs: https://kvstrat.github.io/kvstrat/cache.html.md"""
 
 # %% ../nbs/07_cache.ipynb #c176e5da
 from __future__ import annotations
-import warnings, weakref
+import weakref
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from fastcore.basics import patch
 import torch
@@ -64,11 +65,13 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
                                                         f"pass has {query.shape[0]}: a new batch needs a new cache")
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
+    # earlier padding left the store as it arrived: a chunk without padding reads as if there never was any
+    if padding is not None and padding[:, seen - q:seen].all(): padding = None
+    if padding is not None: self.free_padding(padding[:, :seen])
     qpos = torch.arange(seen - q, seen, device=query.device)
     out, probs, keys = self.read(query, qpos, padding, scaling, softcap)
     if not self.frozen:
-        if q > 1 or padding is not None or seen > self.quiet_until:
-            self.place(probs, keys, None if padding is None else padding[:, :seen])
+        if q > 1 or seen > self.quiet_until: self.place(probs, keys, None if padding is None else padding[:, -q:])
         if self.state is not None: self.state.fold_due()
     return out
 
@@ -119,8 +122,12 @@ def view(self:CompressedLayer) -> LayerView:
                      cat([t.pos.long() for t in tiers]), score, len(st.tiers), derived=self.derived)
 
 @patch
-def observe(self:CompressedLayer, view:LayerView, probs, keys): # (B*H_kv, q, T) or None, (B, H_kv, T, D) or None
+def observe(self:CompressedLayer, view:LayerView, probs, keys, # (B*H_kv, q, T) or None, (B, H_kv, T, D) or None
+            padding=None): # (B, q) bool, False at the chunk's padding queries; None: none
     "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
+    # a padding query, which may attend nothing, attends every slot (`allowed_slots`): what it paid is not observed
+    if probs is not None and padding is not None:
+        probs = probs * padding.repeat_interleave(view.n_kv_heads, 0)[:, :, None] # (B*H_kv, q, 1) per query
     movable = self.store.movable() # the view's tiers
     slots = self.store.slot_index(len(movable)) if probs is not None or self.needs.keys else None
     if self.needs.keys: view.keys = torch.cat([keys.flatten(0, 1)[h, slot] for h, slot in slots])
@@ -132,28 +139,56 @@ def observe(self:CompressedLayer, view:LayerView, probs, keys): # (B*H_kv, q, T)
 
 # %% ../nbs/07_cache.ipynb #55a4695b
 @patch
-def free_padding(self:CompressedLayer, view:LayerView, target, padding) -> tuple[torch.Tensor, torch.Tensor]:
-    "Padding tokens are never attended: evict them, whatever the strategy assigned. Returns `(target, is_pad)`."
-    st = self.store
+@torch.no_grad()
+def free_padding(self:CompressedLayer, padding:torch.Tensor): # (B, seen) bool, False at padding tokens
+    "Padding tokens are never attended: their rows leave the store as they arrive, counted per sequence."
+    st, view = self.store, self.view()
     is_pad = ~padding[view.head // st.H, view.pos]
     st.padding_evicted += torch.bincount(view.head[is_pad], minlength=st.B * st.H).view(st.B, st.H)[:, 0]
-    return torch.where(is_pad, view.evicted, view.tier if target is None else target), is_pad
+    st.move(torch.where(is_pad, view.evicted, view.tier), padding=is_pad)
+
+# %% ../nbs/07_cache.ipynb #c7a90011
+@patch
+def sequences(self:CompressedLayer, view:LayerView) -> list[tuple[torch.Tensor|slice, LayerView]]:
+    "`(rows, view of them)` to decide on: the whole view, or each sequence's, counted from its first real token."
+    lead = self.store.padding_evicted # (B,) each sequence's leading padding, freed
+    if not lead.any(): return [(slice(None), view)]
+    H, out = view.n_kv_heads, []
+    for b, n in enumerate(lead.tolist()):
+        rows = view.head // H == b
+        pick = lambda x: None if x is None else x[rows]
+        out.append((rows, replace(view, batch=1, seen=view.seen - n, tier=view.tier[rows], head=view.head[rows] - b * H,
+                                  pos=view.pos[rows] - n, score=pick(view.score), keys=pick(view.keys))))
+    return out
+
+# %% ../nbs/07_cache.ipynb #c7a90012
+@patch
+def assigned(self:CompressedLayer, view:LayerView) -> torch.Tensor: # (N,)
+    "Where the strategy sends each row of `view` (never up, if it sinks one way)."
+    target = self.strategy.assign(view)
+    if target is None: return view.tier
+    return torch.maximum(target, view.tier) if self.needs.one_way else target
 
 @patch
 @torch.no_grad()
-def place(self:CompressedLayer, probs, keys, padding): # padding (B, seen) bool or None
-    "Let the strategy observe the attention and assign tiers; move the rows there."
-    view, is_pad = self.view(), None
-    self.observe(view, probs, keys)
-    target = self.strategy.assign(view)
-    if padding is not None and not padding.all(): target, is_pad = self.free_padding(view, target, padding)
-    if target is None: target = view.tier
-    elif self.needs.one_way: target = torch.maximum(target, view.tier)
-    self.quiet_until = view.seen + self.strategy.quiet_steps(view, target)
+def place(self:CompressedLayer, probs, keys, # (B*H_kv, q, T) or None, (B, H_kv, T, D) or None
+          padding=None): # (B, q) bool, False at the chunk's padding queries; None: none
+    "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
+    view = self.view()
+    self.observe(view, probs, keys, padding)
+    target, quiet, most = view.tier.clone(), [], None
+    for b, (rows, seq) in enumerate(self.sequences(view)):
+        if not len(seq.pos): continue # a sequence that is all padding so far
+        target[rows] = sent = self.assigned(seq)
+        quiet.append(self.strategy.quiet_steps(seq, sent))
+        if (m := self.strategy.most_below(seq, sent)) is None: continue
+        if most is None: most = torch.full((view.batch * view.n_kv_heads,), view.seen, device=m.device) # no limit
+        most[b * len(m):(b + 1) * len(m)] = m
+    self.quiet_until = view.seen + min(quiet, default=0)
     if torch.equal(target, view.tier): return # most decode steps: every row stays where it is
-    try: self.store.move(target, padding=is_pad)
+    try: self.store.move(target)
     except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
-    if (most := self.strategy.most_below(view, target)) is not None: self.store.keep_newest_below(most)
+    if most is not None: self.store.keep_newest_below(most)
 
 # %% ../nbs/07_cache.ipynb #ac544f41
 @patch
@@ -195,17 +230,12 @@ def nbytes(self:CompressedLayer) -> int:
 def kept(self:CompressedLayer) -> torch.Tensor: return self.store.kept() # (B, H_kv) tokens each head holds
 
 # %% ../nbs/07_cache.ipynb #e7a1b2c3
-def check_padding(strategy:Strategy, mask:torch.Tensor|None, # (B, S) the model's 2-D mask: 0 at padding tokens
+def check_padding(mask:torch.Tensor|None, # (B, S) the model's 2-D mask: 0 at padding tokens
                   batch:int, tokens:int): # the chunk's rows, and tokens so far with the chunk's
-    "A mask of one column per token so far; a warning where left padding changes what `strategy` stores."
-    if mask is None: return
-    if tuple(mask.shape) != (batch, tokens):
+    "A padding mask must have one column per token so far."
+    if mask is not None and tuple(mask.shape) != (batch, tokens):
         raise ValueError(f"the padding mask is {tuple(mask.shape)}, not (batch {batch}, tokens {tokens}): one column "
                          "per token so far, this chunk's included")
-    if strategy.by_position and not mask[:, 0].bool().all(): # shown once: the same warning from the same line
-        warnings.warn(f"{strategy.name} places tokens by absolute position (sinks, windows, budgets, key groups), and "
-                      "a left-padded row's padding counts: that row is not compressed as the same prompt alone. "
-                      "Batch prompts of equal length (or one at a time) for per-prompt results.", stacklevel=3)
 
 # %% ../nbs/07_cache.ipynb #4e5b2565
 def exact_attention(module, layer, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2: the layer's last T tokens
@@ -231,7 +261,7 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
     padding = None if attention_mask is None or attention_mask.bool().all() else attention_mask.bool().to(query.device)
     scaling, layer = scaling or query.shape[-1] ** -0.5, cache.layers[module.layer_idx]
     if isinstance(layer, CompressedLayer):
-        check_padding(layer.strategy, attention_mask, query.shape[0], layer.get_seq_length() + query.shape[2])
+        check_padding(attention_mask, query.shape[0], layer.get_seq_length() + query.shape[2])
         if dropout: raise ValueError(f"layer {module.layer_idx} asks for attention dropout {dropout}: a compressed "
                                      "layer attends without dropout (use model.eval())")
         if sliding_window: raise ValueError(f"layer {module.layer_idx} has a sliding window {sliding_window}, which a "

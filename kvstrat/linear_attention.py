@@ -121,9 +121,10 @@ class StreamParams:
     def log_lam(self, layer:int) -> torch.Tensor: return F.logsigmoid(self.lam_logit[layer])
     def gain(self, layer:int) -> torch.Tensor: return self.log_gain[layer].exp()
     def temp(self, layer:int) -> torch.Tensor: return self.log_temp[layer].exp()
-    def due(self, pos:torch.Tensor, t) -> torch.Tensor: # positions; the query position(s) t, broadcastable
+    def due(self, pos:torch.Tensor, t, # positions; the query position(s) t, broadcastable
+            lead=0) -> torch.Tensor: # each row's leading padding (broadcastable): its sinks follow it
         "Rows the query at `t` reads through the state, not exactly: past the sinks, at or before `t - window`."
-        return (pos >= self.sinks) & (pos <= t - self.window)
+        return (pos >= self.sinks + lead) & (pos <= t - self.window)
 
 # %% ../nbs/11a_linear_attention.ipynb #3c8f701a
 _PARAM_KEYS = ('lam_logit', 'log_gain', 'log_temp')

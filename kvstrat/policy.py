@@ -45,10 +45,10 @@ class LayerView:
     n_layers: int
     batch: int
     n_kv_heads: int
-    seen: int # tokens written so far (the next token's position)
+    seen: int # tokens written so far (the next token's position), from the sequence's first real token
     tier: torch.Tensor # (N,) current tier of each row
     head: torch.Tensor # (N,) flattened head b*H_kv + h
-    pos: torch.Tensor # (N,) position
+    pos: torch.Tensor # (N,) position, from the sequence's first real token (`CompressedLayer.sequences`)
     score: torch.Tensor|None # (N,) kept score (`Needs.scores`), or this step's `observe` result
     n_tiers: int # tiers incl. fp; `n_tiers` itself means evicted
     keys: torch.Tensor|None = None # (N, D) the keys attention just read (`Needs.keys`)
@@ -90,8 +90,6 @@ NEVER_MOVES = 1 << 62 # `quiet_steps` of a rule whose `assign` never moves a row
 class Strategy:
     "Base strategy: everything stays in tier 0 (fp)."
     name: ClassVar[str] = 'base'
-    # places rows by absolute position (sinks, windows, budgets, key groups), so a left-padded row's padding counts
-    by_position: ClassVar[bool] = True
 
     def needs(self) -> Needs: return Needs()
     def tiers(self, head_dim:int) -> tuple[TierSpec, ...]: return (replace(FP16, fp_dtype=self.needs().fp_dtype),)

@@ -72,7 +72,8 @@ def fold_due(self:StreamingState):
     # due for the next query (at `seen`): folded now, not at the next step, so a decode step finds none of them stored
     st = self.layer.store
     t = st.tiers[0] # a streaming head holds its rows in tier 0 alone
-    due = self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), st.seen) # (N0,)
+    lead = st.padding_evicted[t.heads() // st.H] # (N0,) its sequence's leading padding, freed: the sinks follow it
+    due = self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), st.seen, lead) # (N0,)
     self.folded_for = st.seen
     if not due.any(): return
     target = torch.where(due, len(st.tiers), 0) # tier 0 is the only movable tier (checked in `__init__`)
@@ -102,9 +103,10 @@ def attend_streaming(self:StreamingState, query, # (B, h, g, q, D) the queries o
     # streaming heads hold few rows, first in each head's slots: attend to those alone
     Ts = int((slot_pos != EMPTY_SLOT).sum(-1).max())
     kp = slot_pos[:, :, :Ts].long()[:, :, None, :] # (B, h, 1, Ts)
+    lead = self.layer.store.padding_evicted[:, None, None, None] # (B, 1, 1, 1): sinks follow a row's padding
     key, value, ok = key[:, :, :Ts], value[:, :, :Ts], allowed[..., :Ts]
     def exact_for(b:slice) -> torch.Tensor: # (B, h, n, Ts): the slots the queries of `b` attend exactly
-        return ok[:, :, b] if self.layer.frozen else ok[:, :, b] & ~self.p.due(kp, qpos[b].long()[:, None])
+        return ok[:, :, b] if self.layer.frozen else ok[:, :, b] & ~self.p.due(kp, qpos[b].long()[:, None], lead)
     # stored rows that become due in this chunk, lined up by the step u at which they enter the state
     arrive = ok[:, :, -1] & ~exact_for(slice(q - 1, q))[:, :, 0] # (B, h, Ts): not padding, and due for the last query
     u = kp[:, :, 0] + w - t0

@@ -6,7 +6,7 @@ the shorter prompt also runs alone. Prints, over the 16 steps' next-token logits
 the argmax agrees, and the mean KL(alone || batched) (research diary, 2026-12-05):
     python scripts/left_padding.py 64 full int8 int4 kivi stratigraphic hybrid streamingllm h2o      # PAD STRATEGY...
 """
-import sys, warnings
+import sys
 import torch
 import torch.nn.functional as F
 from kvstrat.cache import CompressedCache
@@ -28,7 +28,6 @@ def next_token_logits(model, cache, x, mask, continuation): # (B, T), (B, T), (S
 if __name__ == '__main__':
     if len(sys.argv) < 3 or not sys.argv[1].isdigit(): sys.exit(f'usage: PAD STRATEGY...\n{__doc__}')
     pad, strategies = int(sys.argv[1]), sys.argv[2:]
-    warnings.simplefilter('ignore') # the left-padding warning itself, for every strategy that places by position
     torch.set_num_threads(2)
     model, tok = load_model('smollm2-135m')
     ids = tokenize(tok, load_text('austen')[0])

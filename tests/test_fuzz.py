@@ -1,5 +1,6 @@
-"""250 runs of each of `scripts/fuzz.py`'s searches, at a fixed seed: random batches, chunks, padding, crops,
-reorders and parameters on tiny models. Each kind must run most of its draws, and none may fail."""
+"""250 runs of each of `scripts/fuzz.py`'s searches, at a fixed seed: random batches, chunks, padding (a padded row
+against the same prompt alone), crops, reorders and parameters on tiny models. Each kind must run most of its draws,
+and none may fail."""
 import sys
 from pathlib import Path
 import pytest
