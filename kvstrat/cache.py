@@ -232,10 +232,16 @@ def kept(self:CompressedLayer) -> torch.Tensor: return self.store.kept() # (B, H
 # %% ../nbs/07_cache.ipynb #e7a1b2c3
 def check_padding(mask:torch.Tensor|None, # (B, S) the model's 2-D mask: 0 at padding tokens
                   batch:int, tokens:int): # the chunk's rows, and tokens so far with the chunk's
-    "A padding mask must have one column per token so far."
-    if mask is not None and tuple(mask.shape) != (batch, tokens):
+    "A padding mask must have one column per token so far, and pad each row on the left alone."
+    if mask is None: return
+    if tuple(mask.shape) != (batch, tokens):
         raise ValueError(f"the padding mask is {tuple(mask.shape)}, not (batch {batch}, tokens {tokens}): one column "
                          "per token so far, this chunk's included")
+    # a store counts each row's freed padding as leading: deeper tiers' positions, and sequences', follow from it
+    if (after := (mask[:, 1:] < mask[:, :-1]).nonzero()).numel():
+        row, col = after[0].tolist()
+        raise ValueError(f"row {row} of the padding mask has padding after a real token (column {col + 1}): a "
+                         "compressed cache takes left padding alone (pad on the left: tokenizer.padding_side = 'left')")
 
 # %% ../nbs/07_cache.ipynb #4e5b2565
 def exact_attention(module, layer, query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2: the layer's last T tokens
