@@ -230,10 +230,9 @@ def nbytes(self:CompressedLayer) -> int:
 def kept(self:CompressedLayer) -> torch.Tensor: return self.store.kept() # (B, H_kv) tokens each head holds
 
 # %% ../nbs/07_cache.ipynb #e7a1b2c3
-def check_padding(mask:torch.Tensor|None, # (B, S) the model's 2-D mask: 0 at padding tokens
+def check_padding(mask:torch.Tensor, # (B, S) the model's 2-D mask: 0 (False) at padding tokens
                   batch:int, tokens:int): # the chunk's rows, and tokens so far with the chunk's
     "A padding mask must have one column per token so far, and pad each row on the left alone."
-    if mask is None: return
     if tuple(mask.shape) != (batch, tokens):
         raise ValueError(f"the padding mask is {tuple(mask.shape)}, not (batch {batch}, tokens {tokens}): one column "
                          "per token so far, this chunk's included")
@@ -267,7 +266,8 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
     padding = None if attention_mask is None or attention_mask.bool().all() else attention_mask.bool().to(query.device)
     scaling, layer = scaling or query.shape[-1] ** -0.5, cache.layers[module.layer_idx]
     if isinstance(layer, CompressedLayer):
-        check_padding(attention_mask, query.shape[0], layer.get_seq_length() + query.shape[2])
+        # checked only where a row is padded: a batch without padding pays for no check (on CUDA each one syncs)
+        if padding is not None: check_padding(padding, query.shape[0], layer.get_seq_length() + query.shape[2])
         if dropout: raise ValueError(f"layer {module.layer_idx} asks for attention dropout {dropout}: a compressed "
                                      "layer attends without dropout (use model.eval())")
         if sliding_window: raise ValueError(f"layer {module.layer_idx} has a sliding window {sliding_window}, which a "
