@@ -278,12 +278,21 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
 # %% ../nbs/07_cache.ipynb #b5200a45
 def prefill_cache(model, cache:Cache, ids:torch.Tensor, # (B, T) token ids
                   chunk:int|None=None, # tokens per forward pass; None: all at once
+                  attention_mask:torch.Tensor|None=None, # (B, tokens in the cache + T): 0 at left padding
                   **kwargs): # passed to the model (`logits_to_keep=1`, ...)
     "Feed `ids` through `model` into `cache` (attached), chunk by chunk; the last forward pass's output."
     if ids.ndim != 2 or ids.shape[1] == 0: raise ValueError(f"ids must be (batch, tokens >= 1), got {tuple(ids.shape)}")
     if chunk is not None and chunk < 1: raise ValueError(f"chunk must be >= 1 (or None: all at once), got {chunk}")
-    step = chunk or ids.shape[1]
-    for i in range(0, ids.shape[1], step): out = model(ids[:, i:i+step], cache=cache, use_cache=True, **kwargs)
+    step, seen = chunk or ids.shape[1], cache.get_seq_length()
+    if attention_mask is not None and tuple(attention_mask.shape) != (len(ids), seen + ids.shape[1]):
+        raise ValueError(f"attention_mask must be (batch {len(ids)}, tokens {seen + ids.shape[1]}): the cache's "
+                         f"{seen} tokens and these {ids.shape[1]}, got {tuple(attention_mask.shape)}")
+    # as `generate` passes them: the mask so far, and positions counted from each row's first real token
+    positions = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    for i in range(seen, seen + ids.shape[1], step):
+        if positions is not None:
+            kwargs.update(attention_mask=attention_mask[:, :i + step], position_ids=positions[:, i:i + step])
+        out = model(ids[:, i - seen:i - seen + step], cache=cache, use_cache=True, **kwargs)
     return out
 
 # %% ../nbs/07_cache.ipynb #96e62612

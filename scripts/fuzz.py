@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]/'tests'))
 import conftest # noqa: F401  (Triton's interpreter on the CPU, as the tests run)
 from test_strategies import VARIANTS # the matrix's variants, and its test-only strategy registered
 from kvstrat.core import tiny_model
-from kvstrat.cache import CompressedCache, CompressedLayer
+from kvstrat.cache import CompressedCache, CompressedLayer, prefill_cache
 from kvstrat.policy import STRATEGIES, _field_type, make_strategy
 from kvstrat.stratigraphic import Stratigraphic
 
@@ -121,12 +121,11 @@ def stratigraphic(rng, models, it, draw):
     assert measured >= s.ratio, f'measured {measured:.4f}x, short of the ratio (planned {cache.derived.planned:.4f}x)'
 
 def fed(model, cache, ids, mask, sizes) -> torch.Tensor: # (B, T) ×2, chunk sizes -> (B, T, V) logits
-    "Feed `ids` chunk by chunk with positions counted from each row's first real token, as `generate` does."
-    pos, out, i = (mask.cumsum(-1) - 1).clamp(min=0), [], 0
+    "Feed `ids` chunk by chunk through `prefill_cache`, which counts positions from each row's first real token."
+    out, i = [], 0
     with cache.attached(model), torch.no_grad():
         for c in sizes:
-            out.append(model(ids[:, i:i + c], attention_mask=mask[:, :i + c], position_ids=pos[:, i:i + c],
-                             cache=cache, use_cache=True).logits); i += c
+            out.append(prefill_cache(model, cache, ids[:, i:i + c], attention_mask=mask[:, :i + c]).logits); i += c
     return torch.cat(out, 1)
 
 def held(cache, b:int) -> list: # rows of each head of sequence b in each tier, every compressed layer
