@@ -129,8 +129,8 @@ def fed(model, cache, ids, mask, sizes) -> torch.Tensor: # (B, T) ×2, chunk siz
     return torch.cat(out, 1)
 
 def held(cache, b:int) -> list: # rows of each head of sequence b in each tier, every compressed layer
-    return [torch.bincount(t.heads(), minlength=l.store.B * l.store.H).view(l.store.B, -1)[b].tolist()
-            for l in cache.layers if isinstance(l, CompressedLayer) for t in l.store.tiers]
+    return [t.counts.view(l.store.B, -1)[b].tolist() for l in cache.layers if isinstance(l, CompressedLayer)
+            for t in l.store.tiers]
 
 def regroup(sizes:list[int], pad:int) -> list[int]:
     "The chunks in which the real tokens of a row left-padded by `pad` arrive, when the batch arrives in `sizes`."
