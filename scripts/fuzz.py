@@ -151,7 +151,7 @@ def padding(rng, models, it, draw):
     batched = fed(model, padded, ids, mask, sizes)[1, pad:]
     single = fed(model, alone, ids[1:, pad:], mask[1:, pad:], regroup(sizes, pad))[0]
     assert held(padded, 1) == held(alone, 0), 'the padded row holds other rows than the prompt alone'
-    # a code may round the other way from a 1e-7 difference in what it quantises: 1e-3 to 1e-2 in a tiny model's logit
+    # same rows, logits to 2e-2: draws with identical rows differed by up to 7.6e-3 (likely a code rounding otherwise)
     assert torch.allclose(batched, single, atol=2e-2, rtol=2e-2), f'max |Δlogit| {(batched - single).abs().max():.2e}'
 
 LAYOUTS = {'chunks': ('gqa', 'mha', 'mqa', 'sliding', 'qwen2.5', 'gemma3', 'phi3'),
