@@ -15,9 +15,10 @@ from .store import group_heads, head_starts
 from . import kernels
 
 # %% auto #0
-__all__ = ['TIERED_MAX_QUERIES', 'SEGMENT_ROWS', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read',
-           'explicit_attention', 'grouped_attention', 'dense_read', 'tier_scores', 'tier_values', 'equal_heads',
-           'head_groups', 'grouped_queries', 'tiered_read', 'fused_read', 'tier_blocks', 'blocked_read']
+__all__ = ['OBSERVED_BLOCK', 'TIERED_MAX_QUERIES', 'SEGMENT_ROWS', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read',
+           'explicit_attention', 'grouped_attention', 'observed', 'observed_attention', 'dense_read', 'tier_scores',
+           'tier_values', 'equal_heads', 'head_groups', 'grouped_queries', 'tiered_read', 'fused_read', 'tier_blocks',
+           'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -73,12 +74,14 @@ def explicit_attention(query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2
     "Softmax attention in float32: output `(B, H_kv, g, q, D)`, log-sum-exp `(B, H_kv, g, q)`, probs `(..., T)`."
     B, Hq, q, D = query.shape
     H, T = key.shape[1], key.shape[2]
-    qg = query.reshape(B, H, Hq // H, q, D) # query head j*g + r serves KV head j
-    s = soft_cap((qg.float() @ key.float()[:, :, None].transpose(-1, -2)) * scaling, softcap) # (B, H, g, q, T)
+    g = Hq // H
+    qg = query.reshape(B, H, g * q, D) # query head j*g + r serves KV head j; one matmul per KV head, whose keys a
+    # broadcast over the g query heads would copy g times
+    s = soft_cap((qg.float() @ key.float().transpose(-1, -2)).view(B, H, g, q, T) * scaling, softcap)
     if allowed is not None: s = s.masked_fill(~allowed.expand(B, H, q, T)[:, :, None], float('-inf'))
     lse = s.logsumexp(-1)
     p = (s - lse[..., None]).exp()
-    return p @ value.float()[:, :, None], lse, p
+    return (p.view(B, H, g * q, T) @ value.float()).view(B, H, g, q, D), lse, p
 
 # %% ../nbs/05_attention.ipynb #6b562d1a
 def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
@@ -113,23 +116,69 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
                      for j in range(Hkv)], 1) # (B, H_q, q, D)
     return out.transpose(1, 2), None
 
+# %% ../nbs/05_attention.ipynb #0b5e0002
+def observed(probs:torch.Tensor, # (B*H_kv, q, T) each query's attention, averaged over its KV head's query heads
+             padding:torch.Tensor|None, # (B, q) bool, False at the chunk's padding queries; None: none
+             newest:int|None=None, # the newest queries alone (SnapKV's window); None: every query
+             summed:bool=False, # summed over those queries
+            ) -> torch.Tensor: # (B*H_kv, n, T): n = min(q, newest), or 1 when summed
+    "What a strategy observes of a read's attention: its newest queries', padding queries' zeroed, summed if asked."
+    if newest is not None: probs, padding = probs[:, -newest:], None if padding is None else padding[:, -newest:]
+    if padding is not None: probs = probs * padding.repeat_interleave(len(probs) // len(padding), 0)[:, :, None]
+    return probs.sum(1, keepdim=True) if summed else probs
+
+# %% ../nbs/05_attention.ipynb #0b5e0005
+OBSERVED_BLOCK = 1 << 22 # score elements (query heads × queries × slots) an observed read holds at once
+
+def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
+                       key:torch.Tensor, value:torch.Tensor, # (B, H_kv, T, D) the dense read's slots
+                       slot_pos:torch.Tensor, qpos:torch.Tensor, # (B, H_kv, T) slot positions, (q,) query positions
+                       padding:torch.Tensor|None, # (B, S) bool, False at padding tokens
+                       scaling:float, softcap:float|None=None,
+                       newest:int|None=None, summed:bool=False, # what is observed, as in `observed`
+                       causal:bool=False, # a first chunk: the unobserved queries attend through sdpa's causal kernel
+                       block:int=OBSERVED_BLOCK, # score elements held at once
+                      ) -> tuple[torch.Tensor, torch.Tensor]: # (B, q, H_q, D), (B*H_kv, n, T)
+    "Attention output and `observed` attention of a dense read, the observed queries a block at a time."
+    B, Hq, q, D = query.shape
+    first = 0 if newest is None else max(q - newest, 0) # the first observed query
+    outs, probs = [], None
+    if first: # queries that are not observed: read as without observation
+        allowed = None if causal else allowed_slots(slot_pos, qpos[:first], padding)
+        outs.append(grouped_attention(query[:, :, :first], key, value, allowed, scaling, softcap=softcap,
+                                      causal=causal)[0])
+    step = max(1, block // (B * Hq * key.shape[2]))
+    for j in range(first, q, step):
+        b = slice(j, min(j + step, q))
+        o, _, p = explicit_attention(query[:, :, b], key, value, allowed_slots(slot_pos, qpos[b], padding), scaling,
+                                     softcap) # (B, H_kv, g, n, D), (B, H_kv, g, n, T)
+        outs.append(o.view(B, Hq, -1, D).transpose(1, 2))
+        part = observed(p.mean(2).flatten(0, 1), None if padding is None else padding[:, -q:][:, b], summed=summed)
+        probs = part if probs is None else probs + part if summed else torch.cat([probs, part], 1)
+    return torch.cat(outs, 1).to(value.dtype), probs
+
 # %% ../nbs/05_attention.ipynb #78504394
 def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:torch.Tensor|None, scaling:float,
-               want_probs:bool=False,
+               want_probs:bool=False, # also return the attention a strategy observes (`observed`)
                state=None, # a `HeadState` that reads some heads its own way (`HeadState.attend`)
                softcap:float|None=None, # attention-logit cap (`soft_cap`); None: none
+               newest:int|None=None, summed:bool=False, # with `want_probs`: what is observed, as in `observed`
               ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]:
-    "Attention over `store.dense()`: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)`, keys `(B, H_kv, T, D)`."
+    "Attention over `store.dense()`: output `(B, q, H_q, D)`, observed probs `(B*H_kv, n, T)`, keys `(B, H_kv, T, D)`."
     K, V, slot_pos = store.dense()
     # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
     unmasked = (query.shape[2] == 1 and padding is None and not want_probs and state is None and softcap is None
                 and not (slot_pos == EMPTY_SLOT).any())
     # a first chunk: every head holds just the chunk's tokens, in order, so each query attends the slots up to its own
-    causal = (not unmasked and padding is None and not want_probs and softcap is None
+    causal = (not unmasked and padding is None and (state is None or not want_probs) and softcap is None
               and slot_pos.shape[-1] == len(qpos) and bool((slot_pos == qpos).all()))
+    if want_probs and state is None:
+        out, probs = observed_attention(query, K, V, slot_pos, qpos, padding, scaling, softcap, newest, summed, causal)
+        return out, probs, K
     allowed = None if unmasked or causal else allowed_slots(slot_pos, qpos, padding) # a state reads None as causal
-    if state is None: out, probs = grouped_attention(query, K, V, allowed, scaling, want_probs, softcap, causal)
-    else: out, probs = state.attend(query, K, V, slot_pos, qpos, allowed, scaling, want_probs)
+    if state is None: return grouped_attention(query, K, V, allowed, scaling, False, softcap, causal)[0], None, K
+    out, probs = state.attend(query, K, V, slot_pos, qpos, allowed, scaling, want_probs)
+    if probs is not None: probs = observed(probs, None if padding is None else padding[:, -len(qpos):], newest, summed)
     return out, probs, K
 
 # %% ../nbs/05_attention.ipynb #6f97e104

@@ -17,7 +17,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, describe, exact_layer, exact_length,
                              running_model, sdpa, softcap_eager, tracking_forward)
 from .store import LayerStore
-from .attention import TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, tiered_read
+from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, observed,
+                               tiered_read)
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
@@ -71,7 +72,7 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
     qpos = torch.arange(seen - q, seen, device=query.device)
     out, probs, keys = self.read(query, qpos, padding, scaling, softcap)
     if not self.frozen:
-        if q > 1 or seen > self.quiet_until: self.place(probs, keys, None if padding is None else padding[:, -q:])
+        if q > 1 or seen > self.quiet_until: self.place(probs, keys, q)
         if self.state is not None: self.state.fold_due()
     return out
 
@@ -94,24 +95,28 @@ def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=N
 
 @patch
 def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None) -> tuple:
-    "Attention over the stored tokens: output `(B, q, H_q, D)`, probs `(B*H_kv, q, T)` (if needed), dense keys."
-    want = self.needs.attention
+    "Attention over the stored tokens: output `(B, q, H_q, D)`, the attention observed (`observed`), dense keys."
+    want, newest, summed = self.needs.attention, self.needs.newest_queries, self.needs.summed
     if softcap is not None and self.state is not None:
         raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
     if self.reads_with_triton(query, padding, softcap):
         from kvstrat.triton_attention import triton_read
-        return *triton_read(query, self.store, qpos, scaling, want), None
+        out, probs = triton_read(query, self.store, qpos, scaling, want)
+        return out, None if probs is None else observed(probs, None, newest, summed), None
     if self.reads_tiers(padding, query.shape[2]):
         # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
         if (not want and softcap is None
                 and (read := fused_read(query, self.store, qpos, scaling, self.state is not None)) is not None):
             return (read if self.state is None else self.state.read_beside(*read, query, qpos, scaling)), None, None
-        if self.state is None: return *tiered_read(query, self.store, qpos, scaling, want, softcap), None
-    return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap)
+        if self.state is None:
+            out, probs = tiered_read(query, self.store, qpos, scaling, want, softcap)
+            return out, None if probs is None else observed(probs, None, newest, summed), None
+    return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap, newest, summed)
 
 # %% ../nbs/07_cache.ipynb #ff8e44c4
 @patch
-def view(self:CompressedLayer) -> LayerView:
+def view(self:CompressedLayer, queries:int=1, # queries in this step
+        ) -> LayerView:
     "The rows of the movable tiers, tier 0 first, as the strategy sees them."
     st = self.store
     tiers = st.movable()
@@ -119,15 +124,13 @@ def view(self:CompressedLayer) -> LayerView:
     tier = cat([torch.full((t.n,), i, dtype=torch.long, device=st.device) for i, t in enumerate(tiers)])
     score = cat([t.score for t in tiers]) if self.needs.scores else None
     return LayerView(self.layer_idx, self.spec.n_layers, st.B, st.H, st.seen, tier, cat([t.heads() for t in tiers]),
-                     cat([t.pos.long() for t in tiers]), score, len(st.tiers), derived=self.derived)
+                     cat([t.pos.long() for t in tiers]), score, len(st.tiers), derived=self.derived,
+                     queries=queries)
 
 @patch
-def observe(self:CompressedLayer, view:LayerView, probs, keys, # (B*H_kv, q, T) or None, (B, H_kv, T, D) or None
-            padding=None): # (B, q) bool, False at the chunk's padding queries; None: none
+def observe(self:CompressedLayer, view:LayerView, probs, keys, # (B*H_kv, n, T) `observed` or None, (B, H_kv, T, D)
+           ): # or None
     "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
-    # a padding query, which may attend nothing, attends every slot (`allowed_slots`): what it paid is not observed
-    if probs is not None and padding is not None:
-        probs = probs * padding.repeat_interleave(view.n_kv_heads, 0)[:, :, None] # (B*H_kv, q, 1) per query
     movable = self.store.movable() # the view's tiers
     slots = self.store.slot_index(len(movable)) if probs is not None or self.needs.keys else None
     if self.needs.keys: view.keys = torch.cat([keys.flatten(0, 1)[h, slot] for h, slot in slots])
@@ -171,11 +174,11 @@ def assigned(self:CompressedLayer, view:LayerView) -> torch.Tensor: # (N,)
 
 @patch
 @torch.no_grad()
-def place(self:CompressedLayer, probs, keys, # (B*H_kv, q, T) or None, (B, H_kv, T, D) or None
-          padding=None): # (B, q) bool, False at the chunk's padding queries; None: none
+def place(self:CompressedLayer, probs, keys, # (B*H_kv, n, T) `observed` or None, (B, H_kv, T, D) or None
+          queries:int=1): # queries in this step
     "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
-    view = self.view()
-    self.observe(view, probs, keys, padding)
+    view = self.view(queries)
+    self.observe(view, probs, keys)
     target, quiet, most = view.tier.clone(), [], None
     for b, (rows, seq) in enumerate(self.sequences(view)):
         if not len(seq.pos): continue # a sequence that is all padding so far

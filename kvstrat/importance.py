@@ -52,7 +52,7 @@ def from_layout(m:torch.Tensor, # (H, T) values in layout
 
 # %% ../nbs/10_importance.ipynb #49341750
 def accumulate_attention(score:torch.Tensor, # (N,) attention accumulated so far
-                         probs:torch.Tensor) -> torch.Tensor: # (N, q) attention from the current queries
+                         probs:torch.Tensor) -> torch.Tensor: # (N, q) from the chunk's queries, or (N, 1) summed
     "H2O's running sum: add the attention every row received from this chunk's queries."
     return score + probs.float().sum(1)
 
@@ -231,7 +231,7 @@ class SnapKV(Evict):
     pool: str = 'max' # 'max' or 'avg'
     every_chunk: bool = False # reselect after every chunk, not only after the prefill
 
-    def needs(self): return Needs(attention=True)
+    def needs(self): return Needs(attention=True, newest_queries=self.window, summed=True)
     def prepare(self, spec):
         super().prepare(spec)
         if self.window < 1: raise ValueError("snapkv: window (the observation window) must be >= 1")
@@ -240,8 +240,8 @@ class SnapKV(Evict):
     @classmethod
     def example(cls): return cls(budget=0.5, sinks=2, window=4, kernel=3, every_chunk=True)
     def observe(self, view, probs): # the scores are this step's: the view carries them to `assign`, nothing is stored
-        if self.every_chunk or view.seen == probs.shape[1]:
-            return snapkv_scores(probs[:, -self.window:], view.pos, view.head, self.kernel, self.pool)
+        if self.every_chunk or view.seen == view.queries: # the window's attention, from the prefill (or every chunk)
+            return snapkv_scores(probs, view.pos, view.head, self.kernel, self.pool)
     def importance(self, view): return view.score
 
 # %% ../nbs/10_importance.ipynb #92dd677e
@@ -252,7 +252,7 @@ class H2O(Evict):
     name: ClassVar[str] = 'h2o'
     mean: bool = False # rank by mean attention per query that could see the token, not the cumulative sum
 
-    def needs(self): return Needs(attention=True, scores=True)
+    def needs(self): return Needs(attention=True, summed=True, scores=True)
     @classmethod
     def example(cls): return cls(budget=0.5, sinks=2, window=4, adaptive_heads=True) # the matrix runs Ada-KV here
     def observe(self, view, probs): return accumulate_attention(view.score, probs)

@@ -25,6 +25,9 @@ __all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 
 class Needs:
     "What a strategy asks of the cache."
     attention: bool = False # `observe` receives the attention each row of the view got from this chunk's queries
+    newest_queries: int|None = None # with `attention`: from the chunk's newest queries alone (SnapKV's window)
+    summed: bool = False # with `attention`: summed over those queries, `(N, 1)`; a long chunk is then read a block of
+                         # queries at a time, never holding its (queries × slots) attention whole
     keys: bool = False # the view carries the keys attention read (key norm, topic shifts)
     scores: bool = False # the cache keeps one fp32 score per row of the view from step to step
     ordered: bool = False # a row leaves tier 0 newer than all its head holds deeper, for a tier it never leaves:
@@ -34,6 +37,8 @@ class Needs:
     exact: bool = False # every token stays as the model computed it: stored as transformers' `DynamicCache` stores it
 
     def __post_init__(self):
+        if self.newest_queries is not None and self.newest_queries < 1:
+            raise ValueError(f"newest_queries must be >= 1 (None: every query), got {self.newest_queries}")
         if self.ordered and self.keys:
             raise ValueError("an ordered strategy sees tier 0 alone, so it cannot see the keys of every row")
 
@@ -53,6 +58,7 @@ class LayerView:
     n_tiers: int # tiers incl. fp; `n_tiers` itself means evicted
     keys: torch.Tensor|None = None # (N, D) the keys attention just read (`Needs.keys`)
     derived: Any = None # what `Strategy.prepare` returned for this model
+    queries: int = 1 # queries in this step: the chunk just written
 
     @property
     def evicted(self) -> int: return self.n_tiers
@@ -94,7 +100,7 @@ class Strategy:
     def needs(self) -> Needs: return Needs()
     def tiers(self, head_dim:int) -> tuple[TierSpec, ...]: return (replace(FP16, fp_dtype=self.needs().fp_dtype),)
     def prepare(self, spec:ModelSpec) -> Any: "Raise if this strategy cannot run on this model; return what it derives."
-    def observe(self, view:LayerView, probs:torch.Tensor, # (N, q) attention each row received from each query
+    def observe(self, view:LayerView, probs:torch.Tensor, # (N, q) attention each row got from each query (`Needs`)
                ) -> torch.Tensor|None: return None # (N,) new scores
     def assign(self, view:LayerView) -> torch.Tensor|None: return None # (N,) target tier, or None: no change
     def quiet_steps(self, view:LayerView, target:torch.Tensor, # (N,) where this step's `assign` sent each row

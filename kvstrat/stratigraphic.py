@@ -118,7 +118,7 @@ class Stratigraphic(Strategy):
         if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
         if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
 
-    def needs(self): return Needs(ordered=True, attention=self.anchors > 0, scores=self.anchors > 0)
+    def needs(self): return Needs(ordered=True, attention=self.anchors > 0, summed=True, scores=self.anchors > 0)
     @property
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     @property

@@ -151,7 +151,7 @@ class Zoned(Strategy):
     bedrock: int = 0 # rank of a low-rank zone for rows that would be evicted (0: evict them)
 
     def __post_init__(self): parse_zones(self.zones, self.name, 4)
-    def needs(self): return Needs(attention=True, scores=True, keys=self.topic, one_way=self.one_way)
+    def needs(self): return Needs(attention=True, summed=True, scores=True, keys=self.topic, one_way=self.one_way)
     @property
     def fractions(self) -> list[float]: return parse_zones(self.zones, self.name, 4)
     @classmethod
@@ -324,7 +324,7 @@ class Adaptive(Strategy):
     def __post_init__(self):
         if sum(parse_zones(self.zones, self.name, 3, exactly=True)) == 0:
             raise ValueError(f"adaptive: zones {self.zones!r} keep no token: give some a share")
-    def needs(self): return Needs(attention=True, scores=True, one_way=False)
+    def needs(self): return Needs(attention=True, summed=True, scores=True, one_way=False)
     @classmethod
     def example(cls): return cls(group=16)
     def prepare(self, spec): check_group(self.name, self.group, spec.head_dim)
