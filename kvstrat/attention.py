@@ -70,7 +70,9 @@ def reference_read(query:torch.Tensor, # (B, H_q, q, D) this chunk's queries
 # %% ../nbs/05_attention.ipynb #811cd6a6
 def explicit_attention(query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2
                        allowed:torch.Tensor, # (B|1, H_kv|1, q, T) bool
-                       scaling:float, softcap:float|None=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       scaling:float, softcap:float|None=None,
+                       with_lse:bool=True, # also the log-sum-exp; without it the softmax is one fused op
+                      ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]:
     "Softmax attention in float32: output `(B, H_kv, g, q, D)`, log-sum-exp `(B, H_kv, g, q)`, probs `(..., T)`."
     B, Hq, q, D = query.shape
     H, T = key.shape[1], key.shape[2]
@@ -79,8 +81,8 @@ def explicit_attention(query, key, value, # (B, H_q, q, D), (B, H_kv, T, D) ×2
     # broadcast over the g query heads would copy g times
     s = soft_cap((qg.float() @ key.float().transpose(-1, -2)).view(B, H, g, q, T) * scaling, softcap)
     if allowed is not None: s = s.masked_fill(~allowed.expand(B, H, q, T)[:, :, None], float('-inf'))
-    lse = s.logsumexp(-1)
-    p = (s - lse[..., None]).exp()
+    lse = s.logsumexp(-1) if with_lse else None
+    p = (s - lse[..., None]).exp() if with_lse else s.softmax(-1)
     return (p.view(B, H, g * q, T) @ value.float()).view(B, H, g, q, D), lse, p
 
 # %% ../nbs/05_attention.ipynb #6b562d1a
@@ -96,7 +98,7 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
     Hkv, T = key.shape[1], key.shape[2]
     g = Hq // Hkv
     if want_probs or softcap is not None:
-        out, _, probs = explicit_attention(query, key, value, allowed, scaling, softcap) # (B, H_kv, g, q, D), (..., T)
+        out, _, probs = explicit_attention(query, key, value, allowed, scaling, softcap, with_lse=False) # (..., T)
         probs = probs.mean(2).reshape(B * Hkv, q, T) if want_probs else None
         return out.to(value.dtype).view(B, Hq, q, D).transpose(1, 2), probs
     if allowed is None and causal: # sdpa's causal kernel: no mask, and no (q, T) float mask made from one
@@ -137,24 +139,29 @@ def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
                        scaling:float, softcap:float|None=None,
                        newest:int|None=None, summed:bool=False, # what is observed, as in `observed`
                        causal:bool=False, # a first chunk: the unobserved queries attend through sdpa's causal kernel
-                       block:int=OBSERVED_BLOCK, # score elements held at once
+                       block:int|None=None, # score elements held at once; None: `OBSERVED_BLOCK`
                       ) -> tuple[torch.Tensor, torch.Tensor]: # (B, q, H_q, D), (B*H_kv, n, T)
     "Attention output and `observed` attention of a dense read, the observed queries a block at a time."
     B, Hq, q, D = query.shape
     first = 0 if newest is None else max(q - newest, 0) # the first observed query
-    outs, probs = [], None
+    outs = []
     if first: # queries that are not observed: read as without observation
         allowed = None if causal else allowed_slots(slot_pos, qpos[:first], padding)
         outs.append(grouped_attention(query[:, :, :first], key, value, allowed, scaling, softcap=softcap,
                                       causal=causal)[0])
-    step = max(1, block // (B * Hq * key.shape[2]))
+    H, T = key.shape[1], key.shape[2]
+    step = max(1, (block or OBSERVED_BLOCK) // (B * Hq * T))
+    probs = torch.zeros(B * H, 1 if summed else q - first, T, device=query.device)
     for j in range(first, q, step):
         b = slice(j, min(j + step, q))
-        o, _, p = explicit_attention(query[:, :, b], key, value, allowed_slots(slot_pos, qpos[b], padding), scaling,
-                                     softcap) # (B, H_kv, g, n, D), (B, H_kv, g, n, T)
+        n = b.stop if causal else T # in a first chunk, slot i holds position i: no query of `b` attends past b.stop
+        o, _, p = explicit_attention(query[:, :, b], key[:, :, :n], value[:, :, :n],
+                                     allowed_slots(slot_pos[..., :n], qpos[b], padding), scaling, softcap,
+                                     with_lse=False) # (B, H_kv, g, n_b, D), (B, H_kv, g, n_b, n)
         outs.append(o.view(B, Hq, -1, D).transpose(1, 2))
         part = observed(p.mean(2).flatten(0, 1), None if padding is None else padding[:, -q:][:, b], summed=summed)
-        probs = part if probs is None else probs + part if summed else torch.cat([probs, part], 1)
+        if summed: probs[..., :n] += part
+        else: probs[:, j - first:b.stop - first, :n] = part
     return torch.cat(outs, 1).to(value.dtype), probs
 
 # %% ../nbs/05_attention.ipynb #78504394

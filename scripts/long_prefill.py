@@ -1,15 +1,16 @@
 """A long prompt in one forward pass, as `generate` feeds it: seconds, peak process memory and the logits, per strategy
 and commit, each in a fresh process, arms in turns.
 
-Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure (PYTHONPATH points there). A process
-loads SmolLM2-135M, feeds LENGTH tokens of WikiText-2 (the first, where it is found) in one chunk, then decodes 8
-greedy tokens. It prints the prefill's seconds and the process's peak RSS (MB; the loaded model's in brackets); every
+Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure, whose kvstrat the process imports
+(`arms.run_in`). A process loads SmolLM2-135M, feeds LENGTH tokens of WikiText-2 (the first, where it is found) in
+one chunk, then decodes 8 greedy tokens. It prints the prefill's seconds and the process's peak RSS (MB; the loaded model's in brackets); every
 arm's logits after the prefill and at each decoded token are compared with the first arm of the same strategy (max
 |Δlogit|, and whether the greedy tokens and the cache's bytes agree):
     python scripts/long_prefill.py 2 4096 full=/work/wt-a=full old=/work/wt-a=h2o new=/work/wt-b=h2o
 """
-import json, os, statistics, subprocess, sys, tempfile
+import json, os, statistics, sys, tempfile
 import torch
+from arms import run_in
 
 CHILD = '''
 import json, resource, sys, time, torch, warnings
@@ -30,6 +31,7 @@ with cache.attached(model), torch.inference_mode():
     for _ in range(8): logits.append(model(logits[-1].argmax()[None, None], cache=cache, use_cache=True).logits[0, -1])
 torch.save(dict(seconds=seconds, peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, loaded=loaded,
                 logits=torch.stack(logits), nbytes=cache.nbytes()), out)
+print(json.dumps(dict(kvstrat=kvstrat.__file__)))
 '''
 
 if __name__ == '__main__':
@@ -42,8 +44,7 @@ if __name__ == '__main__':
     for i in range(rounds):
         for label, path, strategy in arms:
             out = os.path.join(tmp, f'{label}-{i}.pt')
-            subprocess.run([sys.executable, '-c', CHILD, length, strategy, out], check=True,
-                           env=os.environ | dict(PYTHONPATH=path))
+            run_in(path, CHILD, length, strategy, out)
             runs[label].append(torch.load(out))
             r = runs[label][-1]
             print(f"{i} {label} ({strategy}): {r['seconds']:.1f} s, peak {r['peak']:.0f} MB ({r['loaded']:.0f})",

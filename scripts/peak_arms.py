@@ -1,19 +1,26 @@
 """Peak process memory of strategies at two commits, in turns: fresh processes, the bench's own measure.
 
-Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure; before each fresh process PYTHONPATH
-points at that worktree, so the arms can differ in code. The arms take turns, round after round, so that whatever
-else the machine does falls on all of them alike. Prints each round, then each arm's median and its processes (MB);
-with OUT=FILE.json first, also writes every process's peak there, with the length, the arms and the command
-(`nbs/results/peaks/` holds such files), and the glibc allocator settings
-(`MALLOC_*`, `GLIBC_TUNABLES`) the fresh processes inherited:
+Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure; each fresh process imports kvstrat
+from that worktree, and says so (`arms.run_in`), so the arms can differ in code. The arms take turns, round after
+round, so that whatever else the machine does falls on all of them alike. Prints each round, then each arm's median
+and its processes (MB); with OUT=FILE.json first, also writes every process's peak there, with the length, the arms
+and the command (`nbs/results/peaks/` holds such files), and the glibc allocator settings (`MALLOC_*`,
+`GLIBC_TUNABLES`) the fresh processes inherited:
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
     python scripts/peak_arms.py OUT=peaks.json 8 1024 full=/work/wt-a=full hybrid=/work/wt-a=hybrid
 """
-import json, os, statistics, sys
-from kvstrat.bench import fresh_peak_mb
+import json, os, statistics, sys, tempfile
+import torch
+from arms import run_in
 from kvstrat.core import load_model, load_text, tokenize
 
 THREADS, DECODE = 2, 32 # each fresh process's torch threads and decoded tokens, as the bench's speed runs
+# the work of the bench's `fresh_peak_mb`, in a process started in the arm's tree
+CHILD = """import json, sys, torch
+from kvstrat import bench
+ids, threads, strategy, decode = torch.load(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+peak = bench._one_run_peak_mb('smollm2-135m', None, threads, ids, strategy, decode)
+print(json.dumps(dict(peak=peak, kvstrat=kvstrat.__file__)))"""
 
 if __name__ == '__main__':
     argv = sys.argv[1:]
@@ -24,17 +31,17 @@ if __name__ == '__main__':
     rounds, length = int(argv[0]), int(argv[1])
     _, tok = load_model('smollm2-135m')
     ids = tokenize(tok, load_text('auto')[0])[:length] # WikiText-2's first tokens where it is found, as the bench's
-    runs = {label: [] for label, _, _ in arms}
+    runs, ids_file = {label: [] for label, _, _ in arms}, os.path.join(tempfile.mkdtemp(), 'ids.pt')
+    torch.save(ids, ids_file)
     for i in range(rounds):
         for label, path, strategy in arms:
-            os.environ['PYTHONPATH'] = path # the fresh process imports kvstrat from this worktree
-            runs[label].append(fresh_peak_mb('smollm2-135m', None, THREADS, ids, strategy, DECODE))
+            runs[label].append(run_in(path, CHILD, ids_file, str(THREADS), strategy, str(DECODE))['peak'])
         print(i, {k: round(v[-1]) for k, v in runs.items()}, flush=True)
     for label, r in runs.items(): print(label, round(statistics.median(r)), [round(x) for x in r])
     if out:
         with open(out, 'w') as f:
-            json.dump(dict(what=f'peak RSS (MB) of one fresh-process speed_once run each (fresh_peak_mb, {THREADS} '
-                                f'threads, {DECODE} decoded tokens), arms taking turns round after round; the first '
+            json.dump(dict(what=f'peak RSS (MB) of one fresh-process speed_once run each (the work of fresh_peak_mb, '
+                                f'{THREADS} threads, {DECODE} decoded tokens), arms taking turns round after round; the first '
                                 'tokens of WikiText-2 as the bench takes them', length=length, arms=arms,
                            command='python scripts/peak_arms.py ' + ' '.join(sys.argv[1:]),
                            allocator_env={k: v for k, v in os.environ.items()

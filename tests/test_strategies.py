@@ -16,6 +16,7 @@ from kvstrat.cache import CompressedCache, CompressedLayer
 from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
 from kvstrat.store import FP16, TierSpec
 from kvstrat.protocol import every_token_compression
+from kvstrat import attention
 
 @register
 @dataclass
@@ -222,3 +223,22 @@ def test_bytes_at_every_context_do_not_depend_on_the_text(name):
     texts = torch.randint(1, 256, (2, 96), generator=torch.Generator().manual_seed(0))
     first, second = (every_token_compression(model, t, strategy, prefill=32) for t in texts)
     torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+def _example(name): return make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
+OBSERVING = [(name, layout) for name, layout in CASES if _example(name).needs().attention]
+
+@pytest.mark.parametrize('name,layout', OBSERVING)
+def test_observed_prompt_read_by_blocks(name, layout, monkeypatch):
+    "A strategy that observes attention reads a padded prompt a query at a time as it reads the prompt whole."
+    model, strategy = _model(layout), _strategy(name, layout)
+    ids = torch.randint(1, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids); mask[1, :5] = 0; ids[1, :5] = 0
+    def run():
+        cache = CompressedCache(model, strategy)
+        with torch.no_grad(): out = _generate(model, cache, ids, attention_mask=mask)
+        return torch.stack(out.logits), [_held(l.store) for l in cache.layers if isinstance(l, CompressedLayer)]
+    whole_logits, whole_held = run()
+    monkeypatch.setattr(attention, 'OBSERVED_BLOCK', 1) # a block holds one query's scores
+    logits, held = run()
+    torch.testing.assert_close(logits, whole_logits, atol=1e-4, rtol=1e-4) # summed in another order: rounding
+    assert held == whole_held
