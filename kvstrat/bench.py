@@ -16,7 +16,8 @@ from fastcore.basics import patch
 from fastcore.docments import docments
 from tqdm import tqdm
 from .adapter import ModelSpec
-from .core import eval_windows, load_model, load_text, pick_device, tiny_model, tokenize
+from .core import (c_library, eval_windows, load_model, load_text, pick_device, release_freed_memory, tiny_model,
+                          tokenize)
 from .cache import CompressedCache, prefill_cache
 from .policy import STRATEGIES, Strategy, make_strategy
 from .protocol import decode_ppl, every_token_compression, paired_delta
@@ -27,9 +28,8 @@ from .results import (OutLock, Results, commit_warning, environment, new_row, ro
 __all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUESTION', 'SPEED_CHUNK', 'POOLED',
            'load_strategies', 'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress', 'PasskeyCase',
            'passkey_case', 'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory',
-           'release_freed_memory', 'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench',
-           'parse_strategies', 'random_tokens', 'longest_context', 'check_context', 'prepare', 'row_summary',
-           'OutOfTime']
+           'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench', 'parse_strategies',
+           'random_tokens', 'longest_context', 'check_context', 'prepare', 'row_summary', 'OutOfTime']
 
 # %% ../nbs/15_bench.ipynb #6ae62601
 def load_strategies() -> dict[str, type]:
@@ -162,22 +162,13 @@ def passkey_trial(model, tok, case:PasskeyCase, strategy:Strategy|str, new_token
             if i < new_tokens - 1: logits = model(out[-1], cache=cache, use_cache=True).logits[:, -1]
     return tok.decode(torch.cat(out, 1)[0].tolist()), cache
 
-# %% ../nbs/15_bench.ipynb #e3be7011
-def _libc(): return ctypes.CDLL(None) # the C library the process already uses (Linux, macOS)
-
 # %% ../nbs/15_bench.ipynb #6eed870d
 def reuse_freed_memory() -> bool:
     "Make glibc keep freed memory for reuse instead of returning it to the kernel; False where that is not glibc."
-    try: mallopt = _libc().mallopt
+    try: mallopt = c_library().mallopt
     except (OSError, TypeError, AttributeError): return False
     M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4 # glibc's malloc.h
     return mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
-
-# %% ../nbs/15_bench.ipynb #a78f211d
-def release_freed_memory():
-    "Hand the freed memory glibc keeps back to the kernel (`malloc_trim`)."
-    try: _libc().malloc_trim(0)
-    except (OSError, TypeError, AttributeError): pass
 
 # %% ../nbs/15_bench.ipynb #936da6f0
 SPEED_CHUNK = 1024

@@ -17,6 +17,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, describe, exact_layer, exact_length,
                              running_model, sdpa, softcap_eager, tracking_forward)
 from .store import LayerStore
+from .core import release_freed_memory
 from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, observed,
                                tiered_read)
 from .policy import LayerView, Strategy, make_strategy
@@ -64,6 +65,9 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
     "One cycle: write the chunk, read the layer, let the strategy observe and place the rows, fold a state's rows."
     if query.shape[0] != self.store.B: raise ValueError(f"this cache holds {self.store.B} sequences, and the forward "
                                                         f"pass has {query.shape[0]}: a new batch needs a new cache")
+    # what the layers before freed goes back to the kernel: left in glibc's heap, it put some processes' 1k prefill
+    # peak 100-150 MB above FullKV's (research diary, 2026-12-05)
+    if query.shape[2] > 1 and query.device.type == 'cpu': release_freed_memory()
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
     # earlier padding left the store as it arrived: a chunk without padding reads as if there never was any

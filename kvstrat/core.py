@@ -6,7 +6,8 @@ Docs: https://kvstrat.github.io/kvstrat/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #27651762
 from __future__ import annotations
-import argparse, hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys, sysconfig
+import argparse, ctypes, hashlib, importlib.resources, importlib.util, json, os, shutil, struct, subprocess, sys
+import sysconfig
 import tempfile
 import re, zlib
 from dataclasses import dataclass
@@ -16,10 +17,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from .adapter import ModelSpec
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'check_device', 'pick_device', 'cache_dir',
-           'package_data', 'read_json', 'OneLineParser', 'ModelSource', 'describe_model', 'embedded_gguf',
-           'convert_gguf', 'resolve_model', 'load_model', 'tiny_model', 'shape_model', 'load_text', 'tokenize',
-           'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
+__all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'check_device', 'pick_device', 'c_library',
+           'release_freed_memory', 'cache_dir', 'package_data', 'read_json', 'OneLineParser', 'ModelSource',
+           'describe_model', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'load_model', 'tiny_model',
+           'shape_model', 'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
 def check_device(name:str|torch.device) -> torch.device:
@@ -44,6 +45,14 @@ def pick_device(device:str|None=None, # 'cuda', 'cpu', ... or None: CUDA when pr
     if isinstance(dtype, str): dtype = getattr(torch, dtype)
     if dtype is None: dtype = torch.bfloat16 if dev.type == 'cuda' else torch.float32
     return dev, dtype
+
+# %% ../nbs/00_core.ipynb #0b5e0011
+def c_library(): return ctypes.CDLL(None) # the C library the process already uses (Linux, macOS)
+
+def release_freed_memory():
+    "Hand the freed memory glibc keeps back to the kernel (`malloc_trim`); nothing where the C library is not glibc."
+    try: c_library().malloc_trim(0)
+    except (OSError, TypeError, AttributeError): pass
 
 # %% ../nbs/00_core.ipynb #ad88b7da
 def cache_dir(*parts:str) -> Path:

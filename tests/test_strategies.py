@@ -17,6 +17,7 @@ from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
 from kvstrat.store import FP16, TierSpec
 from kvstrat.protocol import every_token_compression
 from kvstrat import attention
+from kvstrat import cache as cache_module
 
 @register
 @dataclass
@@ -242,3 +243,14 @@ def test_observed_prompt_read_by_blocks(name, layout, monkeypatch):
     logits, held = run()
     torch.testing.assert_close(logits, whole_logits, atol=1e-4, rtol=1e-4) # summed in another order: rounding
     assert held == whole_held
+
+def test_prefill_hands_freed_memory_back(monkeypatch):
+    "Each compressed layer hands glibc's freed memory back once per chunk of more than one token, never while decoding."
+    calls = []
+    monkeypatch.setattr(cache_module, 'release_freed_memory', lambda: calls.append(1))
+    model = _model('gqa')
+    cache = CompressedCache(model, make_strategy('kivi'))
+    ids = torch.randint(1, 256, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(): _generate(model, cache, ids) # a prefill of one chunk, then six tokens one at a time
+    compressed = sum(isinstance(layer, CompressedLayer) for layer in cache.layers)
+    assert compressed > 0 and len(calls) == compressed
