@@ -23,7 +23,8 @@ from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_hea
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
-__all__ = ['CompressedLayer', 'check_padding', 'exact_attention', 'kvstrat_attention', 'prefill_cache', 'CompressedCache']
+__all__ = ['RELEASE_MIN_QUERIES', 'CompressedLayer', 'check_padding', 'exact_attention', 'kvstrat_attention', 'prefill_cache',
+           'CompressedCache']
 
 # %% ../nbs/07_cache.ipynb #c28f5e1d
 class CompressedLayer(CacheLayerMixin):
@@ -56,6 +57,8 @@ class CompressedLayer(CacheLayerMixin):
     def get_max_length(self) -> int: return -1
 
 # %% ../nbs/07_cache.ipynb #0a28bb4e
+RELEASE_MIN_QUERIES = 256 # chunks this long free multi-MB temporaries; a shorter one's work is dearer than a trim's
+
 @patch
 def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q, D) ×2: this chunk
          padding:torch.Tensor|None, # (B, S) bool, False at padding tokens; None: no padding
@@ -66,8 +69,9 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
     if query.shape[0] != self.store.B: raise ValueError(f"this cache holds {self.store.B} sequences, and the forward "
                                                         f"pass has {query.shape[0]}: a new batch needs a new cache")
     # what the layers before freed goes back to the kernel: left in glibc's heap, it put some processes' 1k prefill
-    # peak 100-150 MB above FullKV's (research diary, 2026-12-05)
-    if query.shape[2] > 1 and query.device.type == 'cpu': release_freed_memory()
+    # peak 100-150 MB above FullKV's. A trim costs about 5 ms on SmolLM2's heap, as much as a 16-token chunk's own
+    # work: protocol P's chunks and decode steps keep theirs (research diary, 2026-12-05)
+    if query.shape[2] >= RELEASE_MIN_QUERIES and query.device.type == 'cpu': release_freed_memory()
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
     # earlier padding left the store as it arrived: a chunk without padding reads as if there never was any
@@ -132,8 +136,9 @@ def view(self:CompressedLayer, queries:int=1, # queries in this step
                      queries=queries)
 
 @patch
-def observe(self:CompressedLayer, view:LayerView, probs, keys, # (B*H_kv, n, T) `observed` or None, (B, H_kv, T, D)
-           ): # or None
+def observe(self:CompressedLayer, view:LayerView,
+            probs, # (B*H_kv, n, T) the attention observed (`observed`), or None
+            keys): # (B, H_kv, T, D) the keys read, or None
     "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
     movable = self.store.movable() # the view's tiers
     slots = self.store.slot_index(len(movable)) if probs is not None or self.needs.keys else None

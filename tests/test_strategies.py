@@ -12,7 +12,7 @@ import pytest, torch
 from transformers import DynamicCache
 from kvstrat.core import tiny_model, TINY_LAYOUTS
 from kvstrat.adapter import ModelSpec
-from kvstrat.cache import CompressedCache, CompressedLayer
+from kvstrat.cache import CompressedCache, CompressedLayer, prefill_cache
 from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
 from kvstrat.store import FP16, TierSpec
 from kvstrat.protocol import every_token_compression
@@ -245,12 +245,14 @@ def test_observed_prompt_read_by_blocks(name, layout, monkeypatch):
     assert held == whole_held
 
 def test_prefill_hands_freed_memory_back(monkeypatch):
-    "Each compressed layer hands glibc's freed memory back once per chunk of more than one token, never while decoding."
+    "Each compressed layer hands glibc's freed memory back once per long chunk; never for a short one or a decode step."
     calls = []
     monkeypatch.setattr(cache_module, 'release_freed_memory', lambda: calls.append(1))
-    model = _model('gqa')
+    model, long = _model('gqa'), cache_module.RELEASE_MIN_QUERIES
     cache = CompressedCache(model, make_strategy('kivi'))
-    ids = torch.randint(1, 256, (1, 40), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(): _generate(model, cache, ids) # a prefill of one chunk, then six tokens one at a time
+    ids = torch.randint(1, 256, (1, long + 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), cache.attached(model):
+        out = prefill_cache(model, cache, ids, chunk=long) # a long chunk, then one of 16 tokens
+        for _ in range(3): out = model(out.logits[:, -1:].argmax(-1), cache=cache, use_cache=True)
     compressed = sum(isinstance(layer, CompressedLayer) for layer in cache.layers)
     assert compressed > 0 and len(calls) == compressed
