@@ -47,9 +47,11 @@ CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for la
 def _model(layout):
     return tiny_model(layout, seed=1)
 
+def _example(name): return make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
+
 def _strategy(name, layout):
     "The strategy's example (or a variant); one that routes per KV head must refuse the single-KV-head model clearly."
-    strategy = make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
+    strategy = _example(name)
     if layout in SINGLE_KV_HEAD and name in ROUTES_PER_HEAD:
         with pytest.raises(ValueError, match='single KV head'): CompressedCache(_model(layout), strategy)
         pytest.skip('per-head routing needs more than one KV head')
@@ -225,7 +227,6 @@ def test_bytes_at_every_context_do_not_depend_on_the_text(name):
     first, second = (every_token_compression(model, t, strategy, prefill=32) for t in texts)
     torch.testing.assert_close(first, second, rtol=0, atol=0)
 
-def _example(name): return make_strategy(VARIANTS[name]) if name in VARIANTS else STRATEGIES[name].example()
 OBSERVING = [(name, layout) for name, layout in CASES if _example(name).needs().attention]
 
 @pytest.mark.parametrize('name,layout', OBSERVING)
