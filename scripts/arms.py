@@ -1,6 +1,7 @@
 """The harness of the scripts that compare commits (`peak_arms.py`, `long_prefill.py`): a snippet run in a fresh
 process that imports kvstrat from a given tree, and a check that it did."""
-import json, os, subprocess, sys
+import json, os, subprocess, sys, tempfile
+import torch
 
 def run_in(tree:str, # a clean worktree of the commit to measure
            code:str, # Python that prints one JSON object as its last line
@@ -17,3 +18,19 @@ def run_in(tree:str, # a clean worktree of the commit to measure
     if not os.path.realpath(out['kvstrat']).startswith(tree + os.sep):
         sys.exit(f"the process meant to run {tree}'s kvstrat imported {out['kvstrat']}")
     return out
+
+def parse_arms(argv:list[str], # the command line after the script's name, past any options the script took
+               doc:str, usage:str='ROUNDS LENGTH LABEL=DIR=STRATEGY...') -> tuple[int, int, list[list[str]]]:
+    "Rounds, length and the arms (LABEL, DIR, STRATEGY) of a comparison's command line; the usage and `doc` if malformed."
+    arms = [a.split('=', 2) for a in argv[2:]]
+    if len(argv) < 3 or not (argv[0].isdigit() and argv[1].isdigit()) or any(len(a) != 3 for a in arms):
+        sys.exit(f'usage: {usage}\n{doc}')
+    return int(argv[0]), int(argv[1]), arms
+
+def saved_tokens(length:int) -> str:
+    "A file holding the first `length` tokens of WikiText-2 (where it is found) as the bench takes them, for the arms."
+    from kvstrat.core import load_model, load_text, tokenize
+    _, tok = load_model('smollm2-135m')
+    path = os.path.join(tempfile.mkdtemp(), 'ids.pt')
+    torch.save(tokenize(tok, load_text('auto')[0])[:length], path)
+    return path

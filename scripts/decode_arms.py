@@ -7,10 +7,8 @@ on the same tokens, as the bench pairs them. The arms take turns, round after ro
 tokens/s and its ratio to the FullKV run beside it, then each arm's median ratio:
     python scripts/decode_arms.py 3 8192 before=/work/wt-a=hybrid after=/work/wt-b=hybrid
 """
-import json, os, statistics, sys, tempfile
-import torch
-from arms import run_in
-from kvstrat.core import load_model, load_text, tokenize
+import json, statistics, sys
+from arms import parse_arms, run_in, saved_tokens
 
 THREADS, DECODE = 2, 32 # as the bench's speed runs
 CHILD = """import json, sys, torch
@@ -23,15 +21,8 @@ tok_s = [bench.speed_once(model, ids, s, decode)['decode_tok_s'] for s in (strat
 print(json.dumps(dict(decode_tok_s=tok_s[0], full_decode_tok_s=tok_s[1], kvstrat=kvstrat.__file__)))"""
 
 if __name__ == '__main__':
-    argv = sys.argv[1:]
-    arms = [a.split('=', 2) for a in argv[2:]]
-    if len(argv) < 3 or not (argv[0].isdigit() and argv[1].isdigit()) or any(len(a) != 3 for a in arms):
-        sys.exit(f'usage: ROUNDS LENGTH LABEL=DIR=STRATEGY...\n{__doc__}')
-    rounds, length = int(argv[0]), int(argv[1])
-    _, tok = load_model('smollm2-135m')
-    ids = tokenize(tok, load_text('auto')[0])[:length] # WikiText-2's first tokens where it is found, as the bench's
-    ratios, ids_file = {label: [] for label, _, _ in arms}, os.path.join(tempfile.mkdtemp(), 'ids.pt')
-    torch.save(ids, ids_file)
+    rounds, length, arms = parse_arms(sys.argv[1:], __doc__)
+    ratios, ids_file = {label: [] for label, _, _ in arms}, saved_tokens(length)
     for i in range(rounds):
         for label, path, strategy in arms:
             r = run_in(path, CHILD, ids_file, str(THREADS), strategy, str(DECODE))

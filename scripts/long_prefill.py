@@ -10,7 +10,7 @@ arm's logits after the prefill and at each decoded token are compared with the f
 """
 import json, os, statistics, sys, tempfile
 import torch
-from arms import run_in
+from arms import parse_arms, run_in
 
 CHILD = '''
 import json, resource, sys, time, torch, warnings
@@ -35,16 +35,12 @@ print(json.dumps(dict(kvstrat=kvstrat.__file__)))
 '''
 
 if __name__ == '__main__':
-    argv = sys.argv[1:]
-    arms = [a.split('=', 2) for a in argv[2:]]
-    if len(argv) < 3 or not (argv[0].isdigit() and argv[1].isdigit()) or any(len(a) != 3 for a in arms):
-        sys.exit(f'usage: ROUNDS LENGTH LABEL=DIR=STRATEGY...\n{__doc__}')
-    rounds, length = int(argv[0]), argv[1]
+    rounds, length, arms = parse_arms(sys.argv[1:], __doc__)
     runs, tmp = {label: [] for label, _, _ in arms}, tempfile.mkdtemp()
     for i in range(rounds):
         for label, path, strategy in arms:
             out = os.path.join(tmp, f'{label}-{i}.pt')
-            run_in(path, CHILD, length, strategy, out)
+            run_in(path, CHILD, str(length), strategy, out)
             runs[label].append(torch.load(out))
             r = runs[label][-1]
             print(f"{i} {label} ({strategy}): {r['seconds']:.1f} s, peak {r['peak']:.0f} MB ({r['loaded']:.0f})",

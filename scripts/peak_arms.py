@@ -9,10 +9,8 @@ and the command (`nbs/results/peaks/` holds such files), and the glibc allocator
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
     python scripts/peak_arms.py OUT=peaks.json 8 1024 full=/work/wt-a=full hybrid=/work/wt-a=hybrid
 """
-import json, os, statistics, sys, tempfile
-import torch
-from arms import run_in
-from kvstrat.core import load_model, load_text, tokenize
+import json, os, statistics, sys
+from arms import parse_arms, run_in, saved_tokens
 
 THREADS, DECODE = 2, 32 # each fresh process's torch threads and decoded tokens, as the bench's speed runs
 # the work of the bench's `fresh_peak_mb`, in a process started in the arm's tree
@@ -25,14 +23,8 @@ print(json.dumps(dict(peak=peak, kvstrat=kvstrat.__file__)))"""
 if __name__ == '__main__':
     argv = sys.argv[1:]
     out = argv.pop(0).removeprefix('OUT=') if argv and argv[0].startswith('OUT=') else None
-    arms = [a.split('=', 2) for a in argv[2:]]
-    if len(argv) < 3 or not (argv[0].isdigit() and argv[1].isdigit()) or any(len(a) != 3 for a in arms):
-        sys.exit(f'usage: [OUT=FILE.json] ROUNDS LENGTH LABEL=DIR=STRATEGY...\n{__doc__}')
-    rounds, length = int(argv[0]), int(argv[1])
-    _, tok = load_model('smollm2-135m')
-    ids = tokenize(tok, load_text('auto')[0])[:length] # WikiText-2's first tokens where it is found, as the bench's
-    runs, ids_file = {label: [] for label, _, _ in arms}, os.path.join(tempfile.mkdtemp(), 'ids.pt')
-    torch.save(ids, ids_file)
+    rounds, length, arms = parse_arms(argv, __doc__, '[OUT=FILE.json] ROUNDS LENGTH LABEL=DIR=STRATEGY...')
+    runs, ids_file = {label: [] for label, _, _ in arms}, saved_tokens(length)
     for i in range(rounds):
         for label, path, strategy in arms:
             runs[label].append(run_in(path, CHILD, ids_file, str(THREADS), strategy, str(DECODE))['peak'])
