@@ -21,7 +21,7 @@ def run_in(tree:str, # a clean worktree of the commit to measure
 
 def parse_arms(argv:list[str], # the command line after the script's name, past any options the script took
                doc:str, usage:str='ROUNDS LENGTH LABEL=DIR=STRATEGY...') -> tuple[int, int, list[list[str]]]:
-    "Rounds, length and the arms (LABEL, DIR, STRATEGY) of a comparison's command line; the usage and `doc` if malformed."
+    "Rounds, length and arms (LABEL, DIR, STRATEGY) of a comparison's command line; exits with the usage if malformed."
     arms = [a.split('=', 2) for a in argv[2:]]
     if len(argv) < 3 or not (argv[0].isdigit() and argv[1].isdigit()) or any(len(a) != 3 for a in arms):
         sys.exit(f'usage: {usage}\n{doc}')
