@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 
 # %% ../nbs/15_bench.ipynb #0a630233
 from __future__ import annotations
-import argparse, ctypes, math, multiprocessing, random, re, resource, statistics, sys, time, traceback
+import argparse, math, multiprocessing, random, re, resource, statistics, sys, time, traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, MISSING
 from datetime import datetime
