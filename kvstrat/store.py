@@ -447,9 +447,9 @@ def slot_index(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers a
 
 # %% ../nbs/04_store.ipynb #375a50b8
 def _split_by_dest(dest:torch.Tensor, # (n,) tier each row goes to
-                   dests:list[int], # its distinct values
                    rows:tuple, n_tiers:int) -> dict[int, tuple]:
     "The rows bound for each kept tier (evicted rows, dest == n_tiers, are dropped)."
+    dests = dest.unique().tolist()
     if len(dests) == 1: return {} if dests[0] == n_tiers else {dests[0]: rows}
     return {j: tuple(x[dest == j] for x in rows) for j in dests if j != n_tiers}
 
@@ -475,16 +475,14 @@ def leave(self:LayerStore, i:int, leaving:torch.Tensor) -> tuple: # (N_i,) bool 
 
 # %% ../nbs/04_store.ipynb #b1b533f1
 @patch
-def count_dropped(self:LayerStore, target:torch.Tensor, # (N,) tier each tier-0 row goes to
-                  padding:torch.Tensor|None): # (N,) bool: padding rows, not counted here
+def count_dropped(self:LayerStore, gone:torch.Tensor, # (n,) head of each tier-0 row evicted now, padding aside
+                  sinking:torch.Tensor|None=None): # (m,) head of each tier-0 row bound deeper now
     "Count the rows each head of an ordered store evicts from tier 0: a head that does holds nothing deeper."
-    t0, BH, n_tiers = self.tiers[0], self.B * self.H, len(self.tiers)
-    gone = target == n_tiers if padding is None else (target == n_tiers) & ~padding
-    if not gone.any(): return
-    drops = torch.bincount(t0.heads()[gone], minlength=BH)
-    sinking = torch.bincount(t0.heads()[(target > 0) & (target < n_tiers)], minlength=BH)
-    sinking += torch.stack([t.counts for t in self.tiers[1:]]).sum(0) # rows each head sinks or holds deeper already
-    if ((drops > 0) & (sinking > 0)).any(): # what it evicted before is older than what sinks now (sinking order)
+    if not len(gone): return
+    drops, below = torch.bincount(gone, minlength=self.B * self.H), self.tiers[1:]
+    deeper = torch.stack([t.counts for t in below]).sum(0) if below else torch.zeros_like(drops) # each head holds
+    if sinking is not None: deeper += torch.bincount(sinking, minlength=len(drops)) # or sinks there now
+    if ((drops > 0) & (deeper > 0)).any(): # what it evicted before is older than what sinks now (sinking order)
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
     self.dropped = drops if self.dropped is None else self.dropped + drops
@@ -512,33 +510,33 @@ def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each 
 @patch
 @torch.no_grad()
 def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movable tiers goes to; n_tiers: evicted
-         fold:torch.Tensor|None=None, # (N,) bool: evicted rows to hand back instead of dropping
-         padding:torch.Tensor|None=None, # (N,) bool: rows that are padding, already counted in `padding_evicted`
-        ) -> list[tuple]: # `(heads, pos, k, v)` of the folded rows, per tier they left
+         padding:torch.Tensor|None=None): # (N,) bool: rows that are padding, already counted in `padding_evicted`
     "Move the movable tiers' rows (tier 0 first) to their target tiers."
-    tiers, n_tiers = self.movable(), len(self.tiers)
-    sizes = [t.n for t in tiers]
-    arrivals, folded = [[] for _ in self.tiers], []
-    folds = fold.split(sizes) if fold is not None else [None] * len(tiers)
+    n_tiers, sizes, arrivals = len(self.tiers), [t.n for t in self.movable()], [[] for _ in self.tiers]
     if self.ordered: # what each head evicted, and the order its rows sank in, imply the deeper rows' positions
-        self.count_dropped(target, padding)
+        heads, gone = self.tiers[0].heads(), target == n_tiers
+        self.count_dropped(heads[gone if padding is None else gone & ~padding], heads[(target > 0) & ~gone])
         self.check_sinking_order(target)
-    for i, (rows, folding) in enumerate(zip(target.split(sizes), folds)):
+    for i, rows in enumerate(target.split(sizes)):
         leaving = rows != i
         if not leaving.any(): continue
-        dest = rows[leaving]
-        dests = dest.unique().tolist()
-        heads, pos, score, k, v = self.leave(i, leaving)
-        if folding is not None and (f := folding[leaving]).any(): folded.append((heads[f], pos[f], k[f], v[f]))
-        for j, part in _split_by_dest(dest, dests, (heads, pos, score, k, v), n_tiers).items():
-            arrivals[j].append(part)
+        for j, part in _split_by_dest(rows[leaving], self.leave(i, leaving), n_tiers).items(): arrivals[j].append(part)
     for j, parts in enumerate(arrivals):
         if len(parts) == 1: self.tiers[j].add(*parts[0]) # rows of one tier, still head-major
         elif parts:
             heads, pos, score, k, v = (torch.cat(x) for x in zip(*parts))
             order = torch.sort(heads, stable=True).indices
             self.tiers[j].add(heads[order], pos[order], score[order], k[order], v[order])
-    return folded
+
+# %% ../nbs/04_store.ipynb #0b5e0015
+@patch
+@torch.no_grad()
+def evict(self:LayerStore, leaving:torch.Tensor) -> tuple: # (N0,) bool: tier-0 rows -> their (heads, pos, k, v)
+    "Evict rows of tier 0 and hand them back, for a head's state to fold: `move`'s eviction without its routing."
+    # a streaming head folds a row every decode step: `move`'s routing took half its time (research diary, 2026-12-05)
+    if self.ordered: self.count_dropped(self.tiers[0].heads()[leaving]) # before any row leaves: it may refuse
+    heads, pos, _, k, v = self.leave(0, leaving) # k, v decoded in float32
+    return heads, pos, k, v
 
 # %% ../nbs/04_store.ipynb #d908a946
 @patch

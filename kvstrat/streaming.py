@@ -76,8 +76,7 @@ def fold_due(self:StreamingState):
     due = self.heads[t.heads() % st.H] & self.p.due(t.pos.long(), st.seen, lead) # (N0,)
     self.folded_for = st.seen
     if not due.any(): return
-    target = torch.where(due, len(st.tiers), 0) # tier 0 is the only movable tier (checked in `__init__`)
-    for heads, pos, k, v in st.move(target, fold=target == len(st.tiers)): self.absorb(heads, pos, k, v, st.seen)
+    self.absorb(*st.evict(due), st.seen) # tier 0 is the only movable tier (checked in `__init__`)
 
 # %% ../nbs/12_streaming.ipynb #93322bac
 STREAMING_QUERY_BLOCK = 128 # queries whose exact attention a streaming head computes at once
