@@ -8,6 +8,11 @@ and the command (`nbs/results/peaks/` holds such files), and the glibc allocator
 `GLIBC_TUNABLES`) the fresh processes inherited:
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
     python scripts/peak_arms.py OUT=peaks.json 8 1024 full=/work/wt-a=full hybrid=/work/wt-a=hybrid
+
+A STRATEGY ending in `+trim` runs with the trim a compressed layer does (`CompressedLayer.step` hands glibc's freed
+memory back before each chunk of at least `RELEASE_MIN_QUERIES` queries) before every decoder layer's such chunks, by
+hooks registered for the run and removed after it: FullKV's layers are transformers' own, and do not trim.
+    python scripts/peak_arms.py 8 1024 full=/work/wt-a=full full-trimmed=/work/wt-a=full+trim hybrid=/work/wt-a=hybrid
 """
 import json, os, statistics, sys
 from arms import parse_arms, run_in, saved_tokens
@@ -17,7 +22,23 @@ THREADS, DECODE = 2, 32 # each fresh process's torch threads and decoded tokens,
 CHILD = """import json, sys, torch
 from kvstrat import bench
 ids, threads, strategy, decode = torch.load(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-peak = bench._one_run_peak_mb('smollm2-135m', None, threads, ids, strategy, decode)
+strategy, _, trim = strategy.partition('+')
+if not trim: peak = bench._one_run_peak_mb('smollm2-135m', None, threads, ids, strategy, decode)
+else: # `_one_run_peak_mb`'s steps, with the trim hooked in front of each decoder layer
+    from kvstrat.cache import RELEASE_MIN_QUERIES
+    from kvstrat.core import release_freed_memory
+    if trim != 'trim': sys.exit(f'unknown suffix +{trim}: only +trim is known')
+    torch.set_num_threads(threads)
+    model, _ = bench.load_bench_model('smollm2-135m', None)
+    def release(layer, args, kwargs):
+        if (args[0] if args else kwargs['hidden_states']).shape[1] >= RELEASE_MIN_QUERIES: release_freed_memory()
+    hooks = [layer.register_forward_pre_hook(release, with_kwargs=True) for layer in model.model.layers]
+    try:
+        bench.reset_peak_memory(torch.device('cpu'))
+        bench.speed_once(model, ids, strategy, decode)
+        peak = bench.peak_memory_mb(torch.device('cpu'))
+    finally:
+        for h in hooks: h.remove()
 print(json.dumps(dict(peak=peak, kvstrat=kvstrat.__file__)))"""
 
 if __name__ == '__main__':
@@ -33,8 +54,10 @@ if __name__ == '__main__':
     if out:
         with open(out, 'w') as f:
             json.dump(dict(what=f'peak RSS (MB) of one fresh-process speed_once run each (the work of fresh_peak_mb, '
-                                f'{THREADS} threads, {DECODE} decoded tokens), arms taking turns round after round; the first '
-                                'tokens of WikiText-2 as the bench takes them', length=length, arms=arms,
+                                f'{THREADS} threads, {DECODE} decoded tokens), arms taking turns round after round; '
+                                'the first tokens of WikiText-2 as the bench takes them; "+trim": with malloc_trim '
+                                'before each decoder layer\'s chunks of at least RELEASE_MIN_QUERIES queries',
+                           length=length, arms=arms,
                            command='python scripts/peak_arms.py ' + ' '.join(sys.argv[1:]),
                            allocator_env={k: v for k, v in os.environ.items()
                                           if k.startswith(('MALLOC_', 'GLIBC_TUNABLES'))},
