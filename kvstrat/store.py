@@ -480,7 +480,7 @@ def count_dropped(self:LayerStore, gone:torch.Tensor, # (n,) head of each tier-0
     "Count the rows each head of an ordered store evicts from tier 0: a head that does holds nothing deeper."
     if not len(gone): return
     drops, below = torch.bincount(gone, minlength=self.B * self.H), self.tiers[1:]
-    deeper = torch.stack([t.counts for t in below]).sum(0) if below else torch.zeros_like(drops) # each head holds
+    deeper = torch.stack([t.counts for t in below]).sum(0) if below else torch.zeros_like(drops) # rows held deeper
     if sinking is not None: deeper += torch.bincount(sinking, minlength=len(drops)) # or sinks there now
     if ((drops > 0) & (deeper > 0)).any(): # what it evicted before is older than what sinks now (sinking order)
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "

@@ -1,10 +1,10 @@
 """What the streaming heads' fold costs a decode step, at two commits, in turns: cProfile in fresh processes.
 
 Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure (`arms.run_in`). A process (1 thread)
-loads SmolLM2-135M, prefills the first LENGTH tokens of WikiText-2 in chunks of 512, and profiles 32 greedy decode
-steps. It prints the time per step spent in `StreamingState.fold_due` (`absorb` inside it) and its share of the whole
-step, both under the profiler: the share is the figure to compare, since it does not move with the machine's speed.
-Then each arm's medians:
+loads SmolLM2-135M, prefills the first LENGTH tokens of WikiText-2 (`KVSTRAT_WIKITEXT`; Austen where it is not
+found, as `arms.saved_tokens`) in chunks of 512, and profiles 32 greedy decode steps. It prints the time per step
+spent in `StreamingState.fold_due` (`absorb` inside it) and its share of the whole step, both under the profiler: the
+share is the figure to compare, since it does not move with the machine's speed. Then each arm's medians:
     python scripts/fold_cost.py 3 2048 before=/work/wt-a=hybrid after=/work/wt-b=hybrid
 """
 import json, statistics, sys
