@@ -364,12 +364,14 @@ def _row_ptr(x:torch.Tensor|None, row:int) -> int:
 # %% ../nbs/05_attention.ipynb #644eed73
 SEGMENT_ROWS = 256 # rows of one kernel task at most: a head's longer segments are cut, to spread it over the threads
 
-def _segments(t:TierStore, masked:bool) -> list[list[int]]|None: # masked: the chunk's queries mask this tier's rows
-    "`kernels.layer_read`'s rows for tier `t`, one per piece of a head's rows; None if the kernels cannot read it."
-    # kept in the tier's memo, which its every change drops: a deeper tier changes once in many decode steps
+def _segments(t:TierStore, masked:bool) -> torch.Tensor|None: # masked: the chunk's queries mask this tier's rows
+    "`kernels.layer_read`'s table for tier `t`, `(pieces, len(SEGMENT_FIELDS))`; None if the kernels cannot read it."
+    # kept in the tier's memo, which its every change drops: a deeper tier changes once in many decode steps. As a
+    # tensor: converting every tier's rows each step cost a 2k decode step 1.4 ms (research diary, 2026-12-06)
     key = (masked, t.n, t.k.data.data_ptr(), t.v.data.data_ptr())
     if (memo := t.memo.get('segments')) is None or memo[0] != key:
-        memo = t.memo['segments'] = key, _build_segments(t, masked)
+        rows = _build_segments(t, masked) # one per piece of a head's rows
+        memo = t.memo['segments'] = key, None if rows is None else torch.tensor(rows, dtype=torch.int64)
     return memo[1]
 
 def _build_segments(t:TierStore, masked:bool) -> list[list[int]]|None:
@@ -408,16 +410,15 @@ def fused_read(query:torch.Tensor, # (B, H_q, q, D)
     "The tiered read of the whole layer in one call of the CPU kernels, heads of unequal rows too; no probabilities."
     if not kernels.kernels_available() or query.device.type != 'cpu': return None
     B, Hq, q, D = query.shape
-    g, segments = Hq // store.H, []
+    g, tables = Hq // store.H, []
     for i, t in enumerate(store.tiers):
         if not t.n: continue
-        if (rows := _segments(t, masked=i == 0 and q > 1)) is None: return None # deeper tiers hold older rows only
-        segments += rows
+        if (table := _segments(t, masked=i == 0 and q > 1)) is None: return None # deeper tiers hold older rows only
+        tables.append(table)
     qg = grouped_queries(query, store.H, scaling) # (BH, g*q, D)
     rotated = any(t.spec.rotate for t in store.tiers if t.n)
     qr = (qg @ rotation(D, qg.device)).contiguous() if rotated else None # rotated rows: q·x = (q·H)·y
-    table = torch.tensor(segments, dtype=torch.int64)
-    out, out_rot, lse = kernels.layer_read(qg, qr, table, qpos.long(), _log_scale_table(qg.device))
+    out, out_rot, lse = kernels.layer_read(qg, qr, torch.cat(tables), qpos.long(), _log_scale_table(qg.device))
     if out_rot is not None: out += out_rot @ rotation(D, qg.device).T
     out = out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2)
     return (out, lse.view(B, store.H, g, q)) if with_lse else out
