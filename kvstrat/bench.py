@@ -188,17 +188,20 @@ def peak_memory_mb(device:torch.device) -> float:
     except (OSError, AttributeError): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 # kB on Linux
 
 # %% ../nbs/15_bench.ipynb #b41f0c2e
+def _loaded_run_peak_mb(m, ids:torch.Tensor, strategy:Strategy|str, decode:int) -> float:
+    "Peak memory (MB) of one `speed_once` run of the loaded model `m`, counted from just before the run."
+    dev = next(m.parameters()).device
+    reset_peak_memory(dev) # the model is loaded: its loading's transient peak is not the run's
+    speed_once(m, ids, strategy, decode)
+    return peak_memory_mb(dev)
+
 def _one_run_peak_mb(model:str, device:str|None, threads:int|None, ids:torch.Tensor, strategy:Strategy|str,
                      decode:int) -> float:
     "`fresh_peak_mb`'s work, in the fresh process."
     if threads: torch.set_num_threads(threads)
     # glibc's defaults, as a user's process has them, not `reuse_freed_memory`: that steadies the timed runs, and here
     # it would count where the heap lays out freed blocks as memory in use (research diary, 2026-12-04)
-    m, _ = load_bench_model(model, device)
-    dev = next(m.parameters()).device
-    reset_peak_memory(dev) # the model is loaded: its loading's transient peak is not the run's
-    speed_once(m, ids, strategy, decode)
-    return peak_memory_mb(dev)
+    return _loaded_run_peak_mb(load_bench_model(model, device)[0], ids, strategy, decode)
 
 # %% ../nbs/15_bench.ipynb #c7d2a913
 def fresh_peak_mb(model:str, # as `load_bench_model` takes it

@@ -1,5 +1,6 @@
-"""The harness of the scripts that compare commits (`peak_arms.py`, `long_prefill.py`): a snippet run in a fresh
-process that imports kvstrat from a given tree, and a check that it did."""
+"""The harness of the scripts that compare commits (`peak_arms.py`, `long_prefill.py`, `decode_arms.py`,
+`fold_cost.py`): a snippet run in a fresh process that imports kvstrat from a given tree, a check that it did, their
+command line and their token file."""
 import json, os, subprocess, sys, tempfile
 import torch
 

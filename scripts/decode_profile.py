@@ -8,7 +8,8 @@ from kvstrat.cache import CompressedCache
 from kvstrat.policy import make_strategy
 from kvstrat.core import load_model, load_text, tokenize
 
-def ms_per_step(model, ids, strategy, decode=16, profile=False):
+def ms_per_step(model, ids, strategy, decode=16, profile=False) -> tuple[float, cProfile.Profile|None]:
+    "ms per decode step after a prefill of `ids` (1, L) in chunks of 512; with `profile`, the decode steps' profile."
     cache = CompressedCache(model, make_strategy(strategy))
     with cache.attached(model), torch.inference_mode(): # as `bench.speed_once`
         for i in range(0, ids.shape[1], 512):
@@ -18,12 +19,13 @@ def ms_per_step(model, ids, strategy, decode=16, profile=False):
         t = time.perf_counter()
         for _ in range(decode): logits = model(logits.argmax(-1, keepdim=True), cache=cache, use_cache=True).logits[:, -1]
         dt = (time.perf_counter() - t) / decode
-    if prof: prof.disable(); pstats.Stats(prof).sort_stats('tottime').print_stats(25)
-    return 1000 * dt
+    if prof: prof.disable()
+    return 1000 * dt, prof
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
     model, tok = load_model('smollm2-135m')
     ids = tokenize(tok, load_text('wikitext2')[0])[:int(sys.argv[2]) if len(sys.argv) > 2 else 2048][None]
-    for s in sys.argv[1].split(): print(f'{s}: {ms_per_step(model, ids, s):.1f} ms/step', flush=True)
-    if len(sys.argv) > 3: ms_per_step(model, ids, sys.argv[3], profile=True)
+    for s in sys.argv[1].split(): print(f'{s}: {ms_per_step(model, ids, s)[0]:.1f} ms/step', flush=True)
+    if len(sys.argv) > 3:
+        pstats.Stats(ms_per_step(model, ids, sys.argv[3], profile=True)[1]).sort_stats('tottime').print_stats(25)

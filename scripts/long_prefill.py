@@ -4,8 +4,8 @@ and commit, each in a fresh process, arms in turns.
 Each arm is LABEL=DIR=STRATEGY, DIR a clean worktree of the commit to measure, whose kvstrat the process imports
 (`arms.run_in`). A process loads SmolLM2-135M, feeds LENGTH tokens of WikiText-2 (the first, where it is found) in
 one chunk, then decodes 8 greedy tokens. It prints the prefill's seconds and the process's peak RSS (MB; the loaded
-model's in brackets); every arm's logits after the prefill and at each decoded token are compared with the first arm of the same strategy (max
-|Δlogit|, and whether the greedy tokens and the cache's bytes agree):
+model's in brackets); every arm's logits after the prefill and at each decoded token are compared with the first arm
+of the same strategy (max |Δlogit|, and whether the greedy tokens and the cache's bytes agree):
     python scripts/long_prefill.py 2 4096 full=/work/wt-a=full old=/work/wt-a=h2o new=/work/wt-b=h2o
 """
 import json, os, statistics, sys, tempfile

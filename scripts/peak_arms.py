@@ -11,7 +11,8 @@ and the command (`nbs/results/peaks/` holds such files), and the glibc allocator
 
 A STRATEGY ending in `+trim` runs with the trim a compressed layer does (`CompressedLayer.step` hands glibc's freed
 memory back before each chunk of at least `RELEASE_MIN_QUERIES` queries) before every decoder layer's such chunks, by
-hooks registered for the run and removed after it: FullKV's layers are transformers' own, and do not trim.
+hooks registered for the run and removed after it: FullKV's layers are transformers' own, and do not trim. Such
+an arm needs a tree with `bench._loaded_run_peak_mb` (2026-12-06 on).
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full full-trimmed=/work/wt-a=full+trim hybrid=/work/wt-a=hybrid
 """
 import json, os, statistics, sys
@@ -22,21 +23,17 @@ THREADS, DECODE = 2, 32 # each fresh process's torch threads and decoded tokens,
 CHILD = """import json, sys, torch
 from kvstrat import bench
 ids, threads, strategy, decode = torch.load(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-strategy, _, trim = strategy.partition('+')
-if not trim: peak = bench._one_run_peak_mb('smollm2-135m', None, threads, ids, strategy, decode)
-else: # `_one_run_peak_mb`'s steps, with the trim hooked in front of each decoder layer
+strategy, plus, _ = strategy.partition('+trim')
+if not plus: peak = bench._one_run_peak_mb('smollm2-135m', None, threads, ids, strategy, decode)
+else: # `_one_run_peak_mb`, with the trim hooked in front of each decoder layer
     from kvstrat.cache import RELEASE_MIN_QUERIES
     from kvstrat.core import release_freed_memory
-    if trim != 'trim': sys.exit(f'unknown suffix +{trim}: only +trim is known')
     torch.set_num_threads(threads)
     model, _ = bench.load_bench_model('smollm2-135m', None)
     def release(layer, args, kwargs):
         if (args[0] if args else kwargs['hidden_states']).shape[1] >= RELEASE_MIN_QUERIES: release_freed_memory()
     hooks = [layer.register_forward_pre_hook(release, with_kwargs=True) for layer in model.model.layers]
-    try:
-        bench.reset_peak_memory(torch.device('cpu'))
-        bench.speed_once(model, ids, strategy, decode)
-        peak = bench.peak_memory_mb(torch.device('cpu'))
+    try: peak = bench._loaded_run_peak_mb(model, ids, strategy, decode)
     finally:
         for h in hooks: h.remove()
 print(json.dumps(dict(peak=peak, kvstrat=kvstrat.__file__)))"""
@@ -44,7 +41,9 @@ print(json.dumps(dict(peak=peak, kvstrat=kvstrat.__file__)))"""
 if __name__ == '__main__':
     argv = sys.argv[1:]
     out = argv.pop(0).removeprefix('OUT=') if argv and argv[0].startswith('OUT=') else None
-    rounds, length, arms = parse_arms(argv, __doc__, '[OUT=FILE.json] ROUNDS LENGTH LABEL=DIR=STRATEGY...')
+    rounds, length, arms = parse_arms(argv, __doc__, '[OUT=FILE.json] ROUNDS LENGTH LABEL=DIR=STRATEGY[+trim]...')
+    if bad := [s for _, _, s in arms if '+' in s and not s.endswith('+trim')]:
+        sys.exit(f'unknown suffix in {", ".join(bad)}: only +trim is known')
     runs, ids_file = {label: [] for label, _, _ in arms}, saved_tokens(length)
     for i in range(rounds):
         for label, path, strategy in arms:
