@@ -367,7 +367,7 @@ SEGMENT_ROWS = 256 # rows of one kernel task at most: a head's longer segments a
 def _segments(t:TierStore, masked:bool) -> torch.Tensor|None: # masked: the chunk's queries mask this tier's rows
     "`kernels.layer_read`'s table for tier `t`, `(pieces, len(SEGMENT_FIELDS))`; None if the kernels cannot read it."
     # kept in the tier's memo, which its every change drops: a deeper tier changes once in many decode steps. As a
-    # tensor: converting every tier's rows each step cost a 2k decode step 1.4 ms (research diary, 2026-12-06)
+    # tensor: converting every tier's rows at each step cost a 2k decode step about 0.2 ms (research diary, 2026-12-06)
     key = (masked, t.n, t.k.data.data_ptr(), t.v.data.data_ptr())
     if (memo := t.memo.get('segments')) is None or memo[0] != key:
         rows = _build_segments(t, masked) # one per piece of a head's rows
