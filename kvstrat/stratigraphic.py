@@ -110,7 +110,7 @@ class Stratigraphic(Strategy):
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended but its newest stay in
                      # tier 0 for good
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
-    top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16 or 8 bits; None: by `ratio`
+    top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16, 8 or 4 bits; None: by `ratio`
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
 
     def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
@@ -123,10 +123,13 @@ class Stratigraphic(Strategy):
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     @property
     def windowed_choices(self) -> bool: return self.quantised_window and self.window is not None # else none evicts
-    def top(self, head_dim:int) -> TierSpec: # 8 bits: one scale per row, since rows arrive one at a time
-        if self.top_bits not in (16, 8):
-            raise ValueError(f"stratigraphic top_bits must be 16 (fp16) or 8 (8 bits per row), got {self.top_bits}")
-        return FP16 if self.top_bits == 16 else replace(Int8().tiers(head_dim)[1], rotate=self.rotate) # int8's rows
+    def top(self, head_dim:int) -> TierSpec: # rows arrive one at a time, so tier 0 groups them per token
+        if self.top_bits not in (16, 8, 4):
+            raise ValueError(f"stratigraphic top_bits must be 16 (fp16), 8 or 4 (bits per row), got {self.top_bits}")
+        if self.top_bits == 16: return FP16
+        if self.top_bits == 8: return replace(Int8().tiers(head_dim)[1], rotate=self.rotate) # int8's rows
+        # 4: the best 4-bit kivi's rows (keys in groups of 16 channels, values one group a row, 8-bit scales)
+        return Kivi(key_axis='token', rotate=self.rotate, symmetric=True, group=16, scale_bits=8).tiers(head_dim)[1]
     def tiers(self, head_dim:int):
         return (self.top(head_dim), *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
     @classmethod

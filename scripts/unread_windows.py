@@ -1,16 +1,18 @@
 """Which windows of an N-window protocol-P run no earlier choice has read: for rules fixed before their run.
 
-A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8- or 16-window runs every earlier
-result used, with any shipped calibration window (precision's and the streaming heads'), or, on WikiText-2, with a
-4,096-token window `long_context_text.py` writes now or wrote before. Prints each text's unread window indices:
-    python scripts/unread_windows.py 20
+A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16- or 20-window runs every
+earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any shipped calibration
+window (precision's and the streaming heads'), or, on WikiText-2, with a 4,096-token window `long_context_text.py`
+writes now or wrote before. Prints each text's unread window indices:
+    python scripts/unread_windows.py 32
 """
 import sys
 import torch
 from kvstrat.core import eval_windows, load_model, load_text, tokenize
 from long_context_text import calibration_taken, long_windows
 
-EARLIER_COUNTS = (1, 2, 4, 8, 16) # the --windows of every protocol-P run before
+EARLIER_COUNTS = (1, 2, 4, 8, 16, 20) # the --windows of every protocol-P run of 1,024 tokens before
+EARLIER_LONG_COUNTS = (8,) # ... and of 4,096 tokens, on both texts (`--prefill 3584 --score 512`)
 OLD_LONG_STARTS = (2048, 96024, 200522, 295198) # the 4k windows long_context_text.py wrote before 2026-12-02
 
 def starts(n_tokens:int, n:int, L:int) -> list[int]:
@@ -22,11 +24,13 @@ def unread(ids:torch.Tensor, n:int, L:int=1024, long:bool=False) -> list[int]:
     taken = calibration_taken(ids)
     for W in EARLIER_COUNTS:
         for s in starts(len(ids), W, L): taken[s:s + L] = True
+    for W in EARLIER_LONG_COUNTS:
+        for s in starts(len(ids), W, 4096): taken[s:s + 4096] = True
     for s in (*OLD_LONG_STARTS, *long_windows(ids)) if long else (): taken[s:s + 4096] = True
     return [j for j, s in enumerate(starts(len(ids), n, L)) if not taken[s:s + L].any()]
 
 if __name__ == '__main__':
-    n = int(sys.argv[1])
     _, tok = load_model('smollm2-135m')
     for text in ('wikitext2', 'austen'):
-        print(text, unread(tokenize(tok, load_text(text)[0]), n, long=text == 'wikitext2'))
+        ids = tokenize(tok, load_text(text)[0])
+        for n in map(int, sys.argv[1:]): print(text, n, unread(ids, n, long=text == 'wikitext2'))

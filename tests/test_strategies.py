@@ -36,11 +36,12 @@ SOFTCAPPED = ('gemma2',) # attention logits capped: tanh(s/c)·c
 # variants whose storage differs from their strategy's example: zoned's low-rank bedrock (filled by generate);
 # stratigraphic's anchors, rows that stay in tier 0 while newer ones sink (the store implies positions around them);
 # its quantised windows (the default, which the example's ratio does not reach), heads that sink into a tier and
-# evict their oldest rows from it; its tier 0 at 8 bits, where rows arrive quantised and sink from codes
+# evict their oldest rows from it; its tier 0 at 8 or 4 bits, where rows arrive quantised and sink from codes
 VARIANTS = {'zoned-bedrock': 'zoned:ratio=2,residual=4,group=16,profile=none,bedrock=4',
             'stratigraphic-anchors': 'stratigraphic:ratio=2,residual=8,sinks=2,group=8,length=96,window=8,anchors=1',
             'stratigraphic-windowed': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24',
-            'stratigraphic-top8': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=8'}
+            'stratigraphic-top8': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=8',
+            'stratigraphic-top4': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=4'}
 ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with one KV head (their documented error)
 CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
@@ -100,7 +101,8 @@ def test_chunked_forward_against_plain_forward(name, layout):
                     'hybrid model in tests/test_streaming.py)')
     if name == 'full': torch.testing.assert_close(torch.cat(chunks, 1), plain, atol=1e-5, rtol=1e-5)
     else:
-        tol = 5e-3 if strategy.tiers(ModelSpec.of(model).head_dim)[0].bits is None else 1.5e-2 # 8 bits round more
+        top_bits = strategy.tiers(ModelSpec.of(model).head_dim)[0].bits
+        tol = {None: 5e-3, 8: 1.5e-2, 4: 0.2}[top_bits] # each bit less doubles the step: 4 bits round 16 times more
         torch.testing.assert_close(chunks[0], plain[:, :16], atol=tol, rtol=tol)
 
 @pytest.mark.parametrize('name,layout', CASES)

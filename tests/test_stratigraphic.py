@@ -25,9 +25,9 @@ def _run(strategy, T:int, chunk:int, seed:int):
     return cache, history
 
 # the default (rotated), and the ablation's settings: unrotated, fixed layer shares without the 3-bit tier; per-row
-# demotion; anchors; tier 0 at 8 bits
+# demotion; anchors; tier 0 at 8 or 4 bits
 SETTINGS = [dict(), dict(schedule='inverted', widths='8/4/2', rotate=False), dict(schedule='uniform', keys='token'),
-            dict(anchors=2), dict(top_bits=8)]
+            dict(anchors=2), dict(top_bits=8), dict(top_bits=4)]
 
 def _anchors(snapshot:dict, sinks:int) -> set:
     "The rows past the sinks a snapshot holds at fp16 though a newer row of their head has sunk: the anchors."
@@ -100,7 +100,7 @@ def _windowed(frac, window, sinks, top_bits, plain, chunk=5, seed=0, schedule='c
 
 @settings(max_examples=examples(8), deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 40), sinks=st.integers(0, 4),
-       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8]),
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), top_bits=st.sampled_from([16, 8, 4]),
        plain=st.booleans(), schedule=st.sampled_from(['calibrated', 'inverted']))
 @_windowed(1.0, 40, 2, 16, True) # the top: the windows at 2 bits
 @_windowed(0.9, 4, 0, 16, True, chunk=16, seed=1) # a window shorter than tier 0's rows
