@@ -129,6 +129,8 @@ class Stratigraphic(Strategy):
         if self.top_bits == 16: return FP16
         if self.top_bits == 8: return replace(Int8().tiers(head_dim)[1], rotate=self.rotate) # int8's rows
         # 4: the best 4-bit kivi's rows (keys in groups of 16 channels, values one group a row, 8-bit scales)
+        if head_dim % 16: raise ValueError(f"stratigraphic top_bits=4 groups keys in 16 channels, so head_dim "
+                                           f"{head_dim} must be a multiple of 16: use top_bits=8 or 16")
         return Kivi(key_axis='token', rotate=self.rotate, symmetric=True, group=16, scale_bits=8).tiers(head_dim)[1]
     def tiers(self, head_dim:int):
         return (self.top(head_dim), *[self.family.spec(kb, vb, head_dim) for kb in FORMAT_BITS for vb in FORMAT_BITS])
