@@ -23,8 +23,8 @@ from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_hea
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
-__all__ = ['RELEASE_MIN_QUERIES', 'CompressedLayer', 'check_padding', 'exact_attention', 'kvstrat_attention', 'prefill_cache',
-           'CompressedCache']
+__all__ = ['RELEASE_MIN_QUERIES', 'CompressedLayer', 'release_before_chunk', 'check_padding', 'exact_attention',
+           'kvstrat_attention', 'prefill_cache', 'CompressedCache']
 
 # %% ../nbs/07_cache.ipynb #c28f5e1d
 class CompressedLayer(CacheLayerMixin):
@@ -59,6 +59,13 @@ class CompressedLayer(CacheLayerMixin):
 # %% ../nbs/07_cache.ipynb #0a28bb4e
 RELEASE_MIN_QUERIES = 256 # chunks this long free multi-MB temporaries; a shorter one's work is dearer than a trim's
 
+def release_before_chunk(n_queries:int, device:torch.device):
+    "Hand what glibc holds freed back to the kernel before a chunk of `n_queries` queries, if the chunk is that long."
+    # what the layers before freed: left in glibc's heap, it put some processes' 1k prefill peak 100-150 MB above
+    # FullKV's. A trim costs about 5 ms on SmolLM2's heap, as much as a 16-token chunk's own work: protocol P's chunks
+    # and decode steps keep theirs (research diary, 2026-12-05)
+    if n_queries >= RELEASE_MIN_QUERIES and device.type == 'cpu': release_freed_memory()
+
 @patch
 def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q, D) ×2: this chunk
          padding:torch.Tensor|None, # (B, S) bool, False at padding tokens; None: no padding
@@ -68,10 +75,7 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
     "One cycle: write the chunk, read the layer, let the strategy observe and place the rows, fold a state's rows."
     if query.shape[0] != self.store.B: raise ValueError(f"this cache holds {self.store.B} sequences, and the forward "
                                                         f"pass has {query.shape[0]}: a new batch needs a new cache")
-    # what the layers before freed goes back to the kernel: left in glibc's heap, it put some processes' 1k prefill
-    # peak 100-150 MB above FullKV's. A trim costs about 5 ms on SmolLM2's heap, as much as a 16-token chunk's own
-    # work: protocol P's chunks and decode steps keep theirs (research diary, 2026-12-05)
-    if query.shape[2] >= RELEASE_MIN_QUERIES and query.device.type == 'cpu': release_freed_memory()
+    release_before_chunk(query.shape[2], query.device)
     with torch.no_grad(): self.store.write(key, value)
     seen, q = self.store.seen, query.shape[2]
     # earlier padding left the store as it arrived: a chunk without padding reads as if there never was any

@@ -9,10 +9,10 @@ and the command (`nbs/results/peaks/` holds such files), and the glibc allocator
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full before=/work/wt-a=hybrid after=/work/wt-b=hybrid
     python scripts/peak_arms.py OUT=peaks.json 8 1024 full=/work/wt-a=full hybrid=/work/wt-a=hybrid
 
-A STRATEGY ending in `+trim` runs with the trim a compressed layer does (`CompressedLayer.step` hands glibc's freed
-memory back before each chunk of at least `RELEASE_MIN_QUERIES` queries) before every decoder layer's such chunks, by
-hooks registered for the run and removed after it: FullKV's layers are transformers' own, and do not trim. Such
-an arm needs a tree with `bench._loaded_run_peak_mb` (2026-12-06 on).
+A STRATEGY ending in `+trim` runs with the trim a compressed layer does (`cache.release_before_chunk`: glibc's freed
+memory handed back before each chunk of at least `RELEASE_MIN_QUERIES` queries) before every decoder layer's chunks,
+by hooks registered for the run and removed after it: FullKV's layers are transformers' own, and do not trim. Such
+an arm needs a tree with `bench._loaded_run_peak_mb` and `cache.release_before_chunk` (2026-12-06 on).
     python scripts/peak_arms.py 8 1024 full=/work/wt-a=full full-trimmed=/work/wt-a=full+trim hybrid=/work/wt-a=hybrid
 """
 import json, os, statistics, sys
@@ -26,12 +26,12 @@ ids, threads, strategy, decode = torch.load(sys.argv[1]), int(sys.argv[2]), sys.
 strategy, plus, _ = strategy.partition('+trim')
 if not plus: peak = bench._one_run_peak_mb('smollm2-135m', None, threads, ids, strategy, decode)
 else: # `_one_run_peak_mb`, with the trim hooked in front of each decoder layer
-    from kvstrat.cache import RELEASE_MIN_QUERIES
-    from kvstrat.core import release_freed_memory
+    from kvstrat.cache import release_before_chunk
     torch.set_num_threads(threads)
     model, _ = bench.load_bench_model('smollm2-135m', None)
     def release(layer, args, kwargs):
-        if (args[0] if args else kwargs['hidden_states']).shape[1] >= RELEASE_MIN_QUERIES: release_freed_memory()
+        hidden = args[0] if args else kwargs['hidden_states'] # (B, q, hidden size)
+        release_before_chunk(hidden.shape[1], hidden.device)
     hooks = [layer.register_forward_pre_hook(release, with_kwargs=True) for layer in model.model.layers]
     try: peak = bench._loaded_run_peak_mb(model, ids, strategy, decode)
     finally:
