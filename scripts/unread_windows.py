@@ -1,12 +1,15 @@
 """Which windows of an N-window protocol-P run no earlier choice has read: for rules fixed before their run.
 
-A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16- or 20-window runs every
-earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any shipped calibration
-window (precision's and the streaming heads'), or, on WikiText-2, with a 4,096-token window `long_context_text.py`
-writes now or wrote before. Prints each text's unread window indices:
+A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16- or 20-window runs
+every earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any shipped
+calibration window (precision's and the streaming heads'), or, on WikiText-2, with a 4,096-token window
+`long_context_text.py` writes now or wrote before. Prints each text's unread window indices; with OUT=, it also writes
+them, with the counts it took as read, to a JSON file that a rule's checks read (`nbs/results/unread-windows/`; its
+`command` reproduces it at the commit that added it, before its own run joined `EARLIER_COUNTS`):
     python scripts/unread_windows.py 32
+    python scripts/unread_windows.py OUT=nbs/results/unread-windows/32.json 32
 """
-import sys
+import json, sys
 import torch
 from kvstrat.core import eval_windows, load_model, load_text, tokenize
 from long_context_text import calibration_taken, long_windows
@@ -30,7 +33,17 @@ def unread(ids:torch.Tensor, n:int, L:int=1024, long:bool=False) -> list[int]:
     return [j for j, s in enumerate(starts(len(ids), n, L)) if not taken[s:s + L].any()]
 
 if __name__ == '__main__':
+    argv = sys.argv[1:]
+    out = argv.pop(0).removeprefix('OUT=') if argv and argv[0].startswith('OUT=') else None
     _, tok = load_model('smollm2-135m')
+    found = {} # text -> {n: unread window indices}
     for text in ('wikitext2', 'austen'):
         ids = tokenize(tok, load_text(text)[0])
-        for n in map(int, sys.argv[1:]): print(text, n, unread(ids, n, long=text == 'wikitext2'))
+        found[text] = {n: unread(ids, n, long=text == 'wikitext2') for n in map(int, argv)}
+        for n, windows in found[text].items(): print(text, n, windows)
+    if out:
+        with open(out, 'w') as f:
+            json.dump(dict(what='indices of the windows of an N-window protocol-P run (1,024 tokens) that no earlier '
+                                'run or calibration read', earlier_counts=EARLIER_COUNTS,
+                           earlier_long_counts=EARLIER_LONG_COUNTS, windows=found,
+                           command='python scripts/unread_windows.py ' + ' '.join(sys.argv[1:])), f, indent=1)
