@@ -17,8 +17,8 @@ from .adapter import ModelSpec
 from .store import FP16, TierSpec, head_starts
 
 # %% auto #0
-__all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'STRATEGY_PRESETS', 'Needs', 'LayerView', 'rank_in_head', 'HeadState',
-           'Strategy', 'Registry', 'register', 'check_fields', 'make_strategy']
+__all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'PARAM_SPLIT', 'STRATEGY_PRESETS', 'Needs', 'LayerView',
+           'rank_in_head', 'HeadState', 'Strategy', 'Registry', 'register', 'check_fields', 'make_strategy']
 
 # %% ../nbs/06_policy.ipynb #345b264d
 @dataclass(frozen=True)
@@ -173,6 +173,8 @@ def _parse_value(val:str, typ, where:str):
 _IS = {'int': lambda v: isinstance(v, int) and not isinstance(v, bool), 'bool': lambda v: isinstance(v, bool),
        'float': lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), 'str': lambda v: isinstance(v, str)}
 
+PARAM_SPLIT = re.compile(r',(?=\w+=)') # where `key=value,...` splits: a comma inside a value (a path) stays in it
+
 def check_fields(strategy:Strategy) -> Strategy:
     "`strategy` if each parameter has its field's type (so its label parses back); else a TypeError naming it."
     for f in fields(strategy):
@@ -181,6 +183,9 @@ def check_fields(strategy:Strategy) -> Strategy:
         if typ in _IS and not (_IS[typ](v) or (optional and v is None)):
             raise TypeError(f"{strategy.name}: {f.name} must be {'an' if typ == 'int' else 'a'} {typ}"
                             f"{' or None' if optional else ''}, got {v!r} ({type(v).__name__})")
+        if isinstance(v, str) and PARAM_SPLIT.search(v): # its label would split there, into another parameter
+            raise ValueError(f"{strategy.name}: {f.name}={v!r} holds a comma followed by 'name=', which a label "
+                             "cannot carry")
     return strategy
 
 # %% ../nbs/06_policy.ipynb #c35d8b0d
@@ -210,7 +215,7 @@ def make_strategy(text:str|Strategy) -> Strategy:
                                                 f"presets: {', '.join(STRATEGY_PRESETS)}")
     cls, kw = STRATEGIES[name], {}
     types = {f.name: f.type for f in fields(cls)}
-    for item in filter(None, re.split(r',(?=\w+=)', args)): # a comma inside a value (a path) stays in it
+    for item in filter(None, PARAM_SPLIT.split(args)):
         key, eq, val = item.partition('=')
         if not eq or key not in types:
             raise ValueError(f"bad parameter {item!r} for {name}; parameters: {', '.join(types) or 'none'}")
