@@ -20,8 +20,8 @@ from .calibration import calibration_windows
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
            'layer_costs', 'evicting_attention', 'eviction_costs', 'Sensitivity', 'load_sensitivity',
-           'shipped_calibrations', 'measure_sensitivity', 'pooling_differences', 'pool_sensitivities', 'smallest_true',
-           'bytes_reach', 'knapsack', 'allocate', 'calibration_set', 'main']
+           'shipped_calibrations', 'shipped_sensitivity', 'measure_sensitivity', 'pooling_differences',
+           'pool_sensitivities', 'smallest_true', 'bytes_reach', 'knapsack', 'allocate', 'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -220,6 +220,12 @@ def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers,
              if tuple(json.loads(p.read_text())['shape']) == tuple(shape)]
     return found if family is None else sorted(found, key=lambda p: load_sensitivity(p).family != family)
 
+def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_shape`, and the formats it is stored in
+                        window:int|None) -> Path|None: # the eviction window the plan prices
+    "The calibration shipped for `shape` in `family`'s formats, the one that measured eviction beyond `window` first."
+    found = [p for p in shipped_calibrations(shape) if load_sensitivity(p).family == family]
+    return next((p for p in found if load_sensitivity(p).window == window), found[0] if found else None)
+
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
 @torch.no_grad()
 def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, disjoint from evaluation text
@@ -395,10 +401,9 @@ def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, # what this run 
                          "the same model)")
     return s
 
-def _shipped_part(shape:tuple, family:FormatFamily) -> str:
-    "`--pool-with auto`: the calibration shipped for this model shape in these formats."
-    for p in shipped_calibrations(shape):
-        if load_sensitivity(p).family == family: return str(p)
+def _shipped_part(shape:tuple, family:FormatFamily, window:int|None) -> str:
+    "`--pool-with auto`: the calibration shipped for this model shape in these formats (and this eviction window)."
+    if p := shipped_sensitivity(shape, family, window): return str(p)
     raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {shape} (type, layers, KV heads, "
                      f"head_dim) in these formats ({family}): pool with a file")
 
@@ -448,7 +453,7 @@ def main(argv=None) -> int:
         zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
         measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
         pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n)
-                for path, n in ((_shipped_part(shape, family) if f == 'auto' else f, n) for f, n in o.pool_with)]
+                for path, n in ((_shipped_part(shape, family, measured.window) if f == 'auto' else f, n) for f, n in o.pool_with)]
         if kept is not None and kept.shape != shape:
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)

@@ -27,13 +27,13 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['TOP8_FROM', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic',
-           'layer_budgets', 'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device',
-           'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy',
-           'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full',
-           'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming',
-           'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity',
-           'allocate']
+__all__ = ['TOP8_FROM', 'WINDOW128_FROM', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity',
+           'Stratigraphic', 'layer_budgets', 'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows',
+           'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES',
+           'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta',
+           'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned',
+           'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity',
+           'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -88,6 +88,7 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0004
 TOP8_FROM = 5.0 # the ratio from which tier 0 defaults to 8 bits, without plain eviction (research diary, 2026-12-04)
+WINDOW128_FROM = 6.0 # the ratio from which an evicting head keeps its newest 128 tokens, not 64 (diary, 2026-12-06)
 
 @register
 @dataclass
@@ -102,7 +103,8 @@ class Stratigraphic(Strategy):
     residual: int = 12 # most recent tokens kept in tier 0 (and up to `group - 1` more, until a whole group can sink)
     sinks: int = 4 # first tokens kept in tier 0
     group: int = 32 # tokens per per-channel key group: rows sink in whole groups; channels per group with keys='token'
-    window: int|None = 64 # newest tokens a head that evicts keeps, with its sinks; None: no head evicts
+    window: int|None = field(default=0, metadata={'before': 64}) # newest tokens a head that evicts keeps, with its
+                                                                  # sinks; None: no head evicts; 0: by `ratio`
     widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
     schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
     keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
@@ -114,7 +116,9 @@ class Stratigraphic(Strategy):
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
 
     def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
-        # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up)
+        # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, a
+        # 128-token window from `WINDOW128_FROM` up)
+        if self.window == 0: self.window = 128 if self.ratio >= WINDOW128_FROM else 64
         if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
         if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
 
@@ -158,8 +162,9 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
-        s = load_sensitivity(found[0], spec)
-    name = self.calibration if self.calibration != 'auto' else f'auto ({found[0].name})'
+        path = shipped_sensitivity(model_shape(spec), self.family, self.window) or found[0] # else: refused below
+        s = load_sensitivity(path, spec)
+    name = self.calibration if self.calibration != 'auto' else f'auto ({path.name})'
     if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
         raise ValueError(f"stratigraphic: calibration {name} was measured for {s.family} at widths "
                          f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS} (calibration=uniform "
@@ -274,7 +279,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
     if (self.residual < 0 or self.sinks < 0 or self.anchors < 0 or self.group < 1
             or (self.window is not None and self.window < 1)):
-        raise ValueError(f"stratigraphic residual, sinks and anchors must be >= 0, window >= 1 (or none) and group "
+        raise ValueError(f"stratigraphic residual, sinks and anchors must be >= 0, window >= 1 (none, or 0: by ratio) and group "
                          f">= 1, got {self.residual}, {self.sinks}, {self.anchors}, {self.window}, {self.group}")
     if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
         raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
