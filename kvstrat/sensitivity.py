@@ -223,8 +223,8 @@ def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers,
 def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_shape`, and the formats it is stored in
                         window:int|None) -> Path|None: # the eviction window the plan prices
     "The calibration shipped for `shape` in `family`'s formats, the one that measured eviction beyond `window` first."
-    found = [p for p in shipped_calibrations(shape) if load_sensitivity(p).family == family]
-    return next((p for p in found if load_sensitivity(p).window == window), found[0] if found else None)
+    found = [(p, s) for p in shipped_calibrations(shape) if (s := load_sensitivity(p)).family == family]
+    return next((p for p, s in found if s.window == window), found[0][0] if found else None)
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
 @torch.no_grad()
@@ -452,8 +452,8 @@ def main(argv=None) -> int:
         shape = model_shape(ModelSpec.of(model))
         zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
         measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
-        pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n)
-                for path, n in ((_shipped_part(shape, family, measured.window) if f == 'auto' else f, n) for f, n in o.pool_with)]
+        parts = [(_shipped_part(shape, family, measured.window) if f == 'auto' else f, n) for f, n in o.pool_with]
+        pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n) for path, n in parts]
         if kept is not None and kept.shape != shape:
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
         windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)

@@ -279,8 +279,9 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
     if (self.residual < 0 or self.sinks < 0 or self.anchors < 0 or self.group < 1
             or (self.window is not None and self.window < 1)):
-        raise ValueError(f"stratigraphic residual, sinks and anchors must be >= 0, window >= 1 (none, or 0: by ratio) and group "
-                         f">= 1, got {self.residual}, {self.sinks}, {self.anchors}, {self.window}, {self.group}")
+        raise ValueError(f"stratigraphic residual, sinks and anchors must be >= 0, window >= 1 (none, or 0: by ratio) "
+                         f"and group >= 1, got {self.residual}, {self.sinks}, {self.anchors}, {self.window}, "
+                         f"{self.group}")
     if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
         raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
                          f"head_dim {D}), got {self.keys!r}")
