@@ -221,10 +221,13 @@ def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers,
     return found if family is None else sorted(found, key=lambda p: load_sensitivity(p).family != family)
 
 def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_shape`, and the formats it is stored in
-                        window:int|None) -> Path|None: # the eviction window the plan prices
-    "The calibration shipped for `shape` in `family`'s formats, the one that measured eviction beyond `window` first."
+                        window:int|None, # the eviction window the plan prices
+                        residual:int|None=12) -> Path|None: # the newest rows its tier 0 keeps
+    ("The calibration shipped for `shape` in `family`'s formats, measured as the plan prices first: eviction beyond "
+     "`window`, then widths with `residual` rows unquantised; among equals, the first in name order.")
     found = [(p, s) for p in shipped_calibrations(shape) if (s := load_sensitivity(p)).family == family]
-    return next((p for p, s in found if s.window == window), found[0][0] if found else None)
+    unlike = lambda s: (s.window != window, s.residual != residual) # False sorts first
+    return min(found, key=lambda f: unlike(f[1]))[0] if found else None
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
 @torch.no_grad()
@@ -401,9 +404,9 @@ def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, # what this run 
                          "the same model)")
     return s
 
-def _shipped_part(shape:tuple, family:FormatFamily, window:int|None) -> str:
-    "`--pool-with auto`: the calibration shipped for this model shape in these formats (and this eviction window)."
-    if p := shipped_sensitivity(shape, family, window): return str(p)
+def _shipped_part(shape:tuple, family:FormatFamily, window:int|None, residual:int|None) -> str:
+    "`--pool-with auto`: the calibration shipped for this model shape in these formats (this window, these rows)."
+    if p := shipped_sensitivity(shape, family, window, residual): return str(p)
     raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {shape} (type, layers, KV heads, "
                      f"head_dim) in these formats ({family}): pool with a file")
 
@@ -452,7 +455,8 @@ def main(argv=None) -> int:
         shape = model_shape(ModelSpec.of(model))
         zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
         measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
-        parts = [(_shipped_part(shape, family, measured.window) if f == 'auto' else f, n) for f, n in o.pool_with]
+        parts = [(_shipped_part(shape, family, measured.window, measured.residual) if f == 'auto' else f, n)
+                 for f, n in o.pool_with]
         pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n) for path, n in parts]
         if kept is not None and kept.shape != shape:
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")

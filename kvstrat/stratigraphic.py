@@ -27,13 +27,13 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['TOP8_FROM', 'WINDOW128_FROM', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity',
-           'Stratigraphic', 'layer_budgets', 'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows',
-           'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES',
-           'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta',
-           'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned',
-           'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity',
-           'load_sensitivity', 'allocate']
+__all__ = ['TOP8_FROM', 'WINDOW128_FROM', 'RESIDUAL4_FROM', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity',
+           'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'plan_part', 'load_model', 'load_text', 'tokenize',
+           'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache',
+           'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl',
+           'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV',
+           'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity',
+           'measure_sensitivity', 'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -89,6 +89,7 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0004
 TOP8_FROM = 5.0 # the ratio from which tier 0 defaults to 8 bits, without plain eviction (research diary, 2026-12-04)
 WINDOW128_FROM = 6.0 # the ratio from which an evicting head keeps its newest 128 tokens, not 64 (diary, 2026-12-06)
+RESIDUAL4_FROM = 8.0 # the ratio from which tier 0 keeps 4 residual rows, not 12 (diary, 2026-12-06)
 
 @register
 @dataclass
@@ -100,7 +101,8 @@ class Stratigraphic(Strategy):
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
     calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
     length: int = 1024 # context the target is planned at: the fp16 sinks and window weigh more in a shorter one
-    residual: int = 12 # most recent tokens kept in tier 0 (and up to `group - 1` more, until a whole group can sink)
+    residual: int|None = None # most recent tokens kept in tier 0 (and up to `group - 1` more, until a whole group can
+                              # sink); None: by `ratio`
     sinks: int = 4 # first tokens kept in tier 0
     group: int = 32 # tokens per per-channel key group: rows sink in whole groups; channels per group with keys='token'
     window: int|None = field(default=0, metadata={'before': 64}) # newest tokens a head that evicts keeps, with its
@@ -117,9 +119,10 @@ class Stratigraphic(Strategy):
 
     def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
         # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, a
-        # 128-token window from `WINDOW128_FROM` up)
+        # 128-token window from `WINDOW128_FROM` up, 4 residual rows from `RESIDUAL4_FROM` up)
         if self.window == 0: self.window = 128 if self.ratio >= WINDOW128_FROM else 64
         if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
+        if self.residual is None: self.residual = 4 if self.ratio >= RESIDUAL4_FROM else 12
         if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
 
     def needs(self): return Needs(ordered=True, attention=self.anchors > 0, summed=True, scores=self.anchors > 0)
@@ -162,7 +165,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
-        path = shipped_sensitivity(model_shape(spec), self.family, self.window) or found[0] # else: refused below
+        path = shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual) or found[0] # else: refused below
         s = load_sensitivity(path, spec)
     name = self.calibration if self.calibration != 'auto' else f'auto ({path.name})'
     if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
