@@ -165,7 +165,8 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
-        path = shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual) or found[0] # else: refused below
+        path = (shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual)
+                or found[0]) # none in its formats: refused below
         s = load_sensitivity(path, spec)
     name = self.calibration if self.calibration != 'auto' else f'auto ({path.name})'
     if s.family != self.family or tuple(s.bits) != FORMAT_BITS:
