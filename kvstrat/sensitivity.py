@@ -222,7 +222,7 @@ def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers,
 
 def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_shape`, and the formats it is stored in
                         window:int|None, # the eviction window the plan prices
-                        residual:int|None=12) -> Path|None: # the newest rows its tier 0 keeps
+                        residual:int|None) -> Path|None: # the newest rows its tier 0 keeps
     ("The calibration shipped for `shape` in `family`'s formats, measured as the plan prices first: eviction beyond "
      "`window`, then widths with `residual` rows unquantised; among equals, the first in name order.")
     found = [(p, s) for p in shipped_calibrations(shape) if (s := load_sensitivity(p)).family == family]

@@ -1,6 +1,6 @@
 """Which windows of an N-window protocol-P run no earlier choice has read: for rules fixed before their run.
 
-A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16-, 20-, 24- or 32-window runs
+A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16-, 20-, 24-, 32- or 40-window runs
 every earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any shipped
 calibration window (precision's and the streaming heads'), or, on WikiText-2, with a 4,096-token window
 `long_context_text.py` writes now or wrote before. Prints each text's unread window indices; with OUT=, it also writes
@@ -16,7 +16,7 @@ import torch
 from kvstrat.core import eval_windows, load_model, load_text, tokenize
 from long_context_text import calibration_taken, long_windows
 
-EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32) # the --windows of every protocol-P run of 1,024 tokens before
+EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40) # the --windows of every protocol-P run of 1,024 tokens before
 EARLIER_LONG_COUNTS = (8,) # ... and of 4,096 tokens, on both texts (`--prefill 3584 --score 512`)
 OLD_LONG_STARTS = (2048, 96024, 200522, 295198) # the 4k windows long_context_text.py wrote before 2026-12-02
 
