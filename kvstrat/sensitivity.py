@@ -354,8 +354,8 @@ def calibration_set(tokenizer, texts:list[str], windows:int, length:int, repeat:
     return torch.cat([copy_windows(tokenize(tokenizer, load_text(t)[0]), windows, length, repeat) for t in texts])
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000031
-def _residual(s:str) -> int|None:
-    "`--residual`: a token count, or 'none'."
+def _count_or_none(s:str) -> int|None:
+    "`--residual`, `--window`: a token count, or 'none'."
     if s == 'none': return None
     try: return int(s)
     except ValueError: raise argparse.ArgumentTypeError(f"expected a token count or 'none', got {s!r}") from None
@@ -368,20 +368,23 @@ def _pool_part(s:str) -> tuple[str, int]:
                                          f"averaged, got {s!r}")
     return path, int(n)
 
-def _measures_eviction(o) -> bool: return bool(o.window) and not o.only_widths # --window 0: no eviction
+def _measures_eviction(o) -> bool: return o.window is not None and not o.only_widths # --window none: no eviction
 
 def _check_options(o):
     "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
     if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
-    if o.only_eviction and not o.window:
-        raise ValueError("--only-eviction measures eviction, which --window 0 turns off: give --window N, N >= 1")
+    if o.only_eviction and o.window is None:
+        raise ValueError("--only-eviction measures eviction, which --window none turns off: give --window N, N >= 1")
     if o.pool_with and (o.only_eviction or o.only_widths):
         raise ValueError("--pool-with pools a whole measurement: not with --only-eviction or --only-widths")
     for name in ('windows', 'length', 'repeat', 'group', 'evict_length', 'threads'):
         if (n := getattr(o, name)) is not None and n < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {n}")
-    for name in ('window', 'residual'):
-        if (n := getattr(o, name)) is not None and n < 0: raise ValueError(f"--{name} must be >= 0, got {n}")
+    if o.residual is not None and o.residual < 0: raise ValueError(f"--residual must be >= 0, got {o.residual}")
+    if o.window is not None and o.window < 1: # stratigraphic:window=0 reads 'by ratio': a calibration measures one
+        raise ValueError(f"--window must be a token count >= 1, or 'none' to measure no eviction, got {o.window} "
+                         "(stratigraphic's window=0 picks a window by ratio: measure the one the plan keeps, 64 "
+                         "below ratio 6, 128 from it)")
     lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if _measures_eviction(o) else [])
     for name, n in lengths:
         if not o.repeat < n // 2:
@@ -421,13 +424,14 @@ def main(argv=None) -> int:
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
     p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
                    help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
-    p.add_argument('--window', type=int, default=64, help='newest tokens an evicting head keeps (0: no eviction)')
+    p.add_argument('--window', type=_count_or_none, default=64,
+                   help="newest tokens an evicting head keeps; 'none': measure no eviction")
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',
                    help="keep the width costs in --out (measured on these windows) and measure eviction alone")
     p.add_argument('--only-widths', action='store_true', help="keep the eviction costs in --out, measure widths alone")
-    p.add_argument('--residual', type=_residual, default=12,
+    p.add_argument('--residual', type=_count_or_none, default=12,
                    help="newest tokens (stratigraphic:residual) each query reads at fp16, with the rest of their key "
                    "group, while the widths are measured, as the cache holds them; 'none': only the sinks")
     p.add_argument('--pool-with', nargs='+', default=[], type=_pool_part, metavar='FILE=WINDOWS',
@@ -478,7 +482,7 @@ def main(argv=None) -> int:
         return 2
     if evicts: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
                           f"tokens per text, KL over the last {o.evict_length // 2}")
-    s = measure_sensitivity(model, windows, family, window=(o.window or None) if evicts else None,
+    s = measure_sensitivity(model, windows, family, window=o.window if evicts else None,
                             evict_windows=evict_windows, widths=kept if o.only_eviction else None,
                             residual=o.residual, source=source, progress=report)
     if o.only_widths: # the eviction costs kept, and what they were measured on
