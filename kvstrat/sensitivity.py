@@ -368,10 +368,18 @@ def _pool_part(s:str) -> tuple[str, int]:
                                          f"averaged, got {s!r}")
     return path, int(n)
 
+def _resolve_plan_rows(o):
+    "`--window` and `--residual` as given, else as `stratigraphic:ratio=R` (`--ratio`) keeps its rows."
+    from kvstrat.stratigraphic import Stratigraphic # it builds on this module: imported when the command runs
+    if not o.ratio >= 1: raise ValueError(f"--ratio must be >= 1 (the plan's compression), got {o.ratio}")
+    plan = Stratigraphic(ratio=o.ratio) # its defaults by ratio, where they are decided
+    o.window, o.residual = getattr(o, 'window', plan.window), getattr(o, 'residual', plan.residual)
+
 def _measures_eviction(o) -> bool: return o.window is not None and not o.only_widths # --window none: no eviction
 
 def _check_options(o):
     "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
+    _resolve_plan_rows(o)
     if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
     if o.only_eviction and o.window is None:
         raise ValueError("--only-eviction measures eviction, which --window none turns off: give --window N, N >= 1")
@@ -424,16 +432,20 @@ def main(argv=None) -> int:
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
     p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
                    help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
-    p.add_argument('--window', type=_count_or_none, default=64,
-                   help="newest tokens an evicting head keeps; 'none': measure no eviction")
+    p.add_argument('--ratio', type=float, default=4.0,
+                   help="the stratigraphic ratio the calibration is for: --window and --residual default to what "
+                   "its plan keeps (64 and 12 below ratio 6, 128 from 6, 4 residual rows from 8)")
+    p.add_argument('--window', type=_count_or_none, default=argparse.SUPPRESS,
+                   help="newest tokens an evicting head keeps; 'none': measure no eviction (default: by --ratio)")
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',
                    help="keep the width costs in --out (measured on these windows) and measure eviction alone")
     p.add_argument('--only-widths', action='store_true', help="keep the eviction costs in --out, measure widths alone")
-    p.add_argument('--residual', type=_count_or_none, default=12,
+    p.add_argument('--residual', type=_count_or_none, default=argparse.SUPPRESS,
                    help="newest tokens (stratigraphic:residual) each query reads at fp16, with the rest of their key "
-                   "group, while the widths are measured, as the cache holds them; 'none': only the sinks")
+                   "group, while the widths are measured, as the cache holds them; 'none': only the sinks "
+                   "(default: by --ratio)")
     p.add_argument('--pool-with', nargs='+', default=[], type=_pool_part, metavar='FILE=WINDOWS',
                    help="pool the measurement with these calibrations, each weighted by the windows it averaged, as "
                    "one run over all their windows would measure; 'auto': the one shipped for the model (SmolLM2's "
