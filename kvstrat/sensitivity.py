@@ -379,7 +379,6 @@ def _measures_eviction(o) -> bool: return o.window is not None and not o.only_wi
 
 def _check_options(o):
     "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
-    _resolve_plan_rows(o)
     if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
     if o.only_eviction and o.window is None:
         raise ValueError("--only-eviction measures eviction, which --window none turns off: give --window N, N >= 1")
@@ -391,8 +390,8 @@ def _check_options(o):
     if o.residual is not None and o.residual < 0: raise ValueError(f"--residual must be >= 0, got {o.residual}")
     if o.window is not None and o.window < 1: # stratigraphic:window=0 reads 'by ratio': a calibration measures one
         raise ValueError(f"--window must be a token count >= 1, or 'none' to measure no eviction, got {o.window} "
-                         "(stratigraphic's window=0 picks a window by ratio: measure the one the plan keeps, 64 "
-                         "below ratio 6, 128 from it)")
+                         "(stratigraphic's window=0 picks a window by ratio: leave --window out and give --ratio R "
+                         "to measure the one the plan at R keeps)")
     lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if _measures_eviction(o) else [])
     for name, n in lengths:
         if not o.repeat < n // 2:
@@ -433,8 +432,8 @@ def main(argv=None) -> int:
     p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
                    help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
     p.add_argument('--ratio', type=float, default=4.0,
-                   help="the stratigraphic ratio the calibration is for: --window and --residual default to what "
-                   "its plan keeps (64 and 12 below ratio 6, 128 from 6, 4 residual rows from 8)")
+                   help="the stratigraphic ratio the calibration is for: --window and --residual default to the "
+                   "window and residual rows stratigraphic:ratio=R keeps")
     p.add_argument('--window', type=_count_or_none, default=argparse.SUPPRESS,
                    help="newest tokens an evicting head keeps; 'none': measure no eviction (default: by --ratio)")
     p.add_argument('--evict-length', type=int, default=1024,
@@ -453,6 +452,7 @@ def main(argv=None) -> int:
     p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
     o = p.parse_args(argv)
     try:
+        _resolve_plan_rows(o)
         _check_options(o)
         if o.threads: torch.set_num_threads(o.threads)
         kept = load_sensitivity(o.out) if o.only_eviction or o.only_widths else None
