@@ -181,8 +181,8 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
     if s.residual != self.residual: # the knapsack would price tokens the cache keeps at fp16 as quantised, or back
         read = 'the sinks alone' if s.residual is None else f'each query\'s {s.residual} newest tokens'
         warnings.warn(f"stratigraphic: calibration {name} measured the widths with {read} at fp16, but this "
-                      f"plan keeps residual={self.residual}: measure with `kvstrat-calibrate --residual "
-                      f"{self.residual}`", stacklevel=3)
+                      f"plan keeps residual={self.residual}: measure with `kvstrat-calibrate --window "
+                      f"{self.window or 'none'} --residual {self.residual}`", stacklevel=3)
     return s
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
