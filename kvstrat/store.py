@@ -591,8 +591,10 @@ def nbytes_by_part(self:TierStore) -> dict[str, int]:
 def nbytes_by_part(self:LayerStore) -> dict[tuple[str, str], int]:
     "`nbytes()` by (tier's format, part); the layer's own counters under 'layer'. The parts sum to `nbytes()`."
     out = Counter()
-    for t in self.tiers:
-        for part, n in t.nbytes_by_part().items(): out[format_name(t.spec), part] += n
+    names = [format_name(t.spec) for t in self.tiers] # two tiers of one format (an 8-bit tier 0 and an 8/8 tier)
+    for i, t in enumerate(self.tiers):                # are told apart by their index
+        name = names[i] if names.count(names[i]) == 1 else f'{names[i]} (tier {i})'
+        for part, n in t.nbytes_by_part().items(): out[name, part] += n
     out['layer', 'freed padding'] = self.padding_evicted.nbytes
     if self.dropped is not None: out['layer', 'evicted counts'] = self.dropped.nbytes
     return dict(out)
