@@ -591,8 +591,8 @@ def nbytes_by_part(self:TierStore) -> dict[str, int]:
 def nbytes_by_part(self:LayerStore) -> dict[tuple[str, str], int]:
     "`nbytes()` by (tier's format, part); the layer's own counters under 'layer'. The parts sum to `nbytes()`."
     out = Counter()
-    names = [format_name(t.spec) for t in self.tiers] # two tiers of one format (an 8-bit tier 0 and an 8/8 tier)
-    for i, t in enumerate(self.tiers):                # are told apart by their index
+    names = [format_name(t.spec) for t in self.tiers]
+    for i, t in enumerate(self.tiers): # one format in two tiers (an 8-bit tier 0, an 8/8 tier): told apart by index
         name = names[i] if names.count(names[i]) == 1 else f'{names[i]} (tier {i})'
         for part, n in t.nbytes_by_part().items(): out[name, part] += n
     out['layer', 'freed padding'] = self.padding_evicted.nbytes
