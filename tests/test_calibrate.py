@@ -37,7 +37,7 @@ def test_pool_with_equals_pooling_the_parts(tiny_dir):
 
 def test_pool_with_a_calibration_measured_otherwise(tiny_dir, capsys):
     d = tiny_dir
-    assert calibrate(d, 'a.txt', 'no-evict.json', '--window', '0') == 0
+    assert calibrate(d, 'a.txt', 'no-evict.json', '--window', 'none') == 0
     capsys.readouterr()
     assert calibrate(d, 'b.txt', 'x.json', '--pool-with', f"{d/'no-evict.json'}=2") == 2 # refused before it measures
     assert 'was measured with a different window, evict than this run' in capsys.readouterr().err

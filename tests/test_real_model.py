@@ -39,7 +39,7 @@ def test_calibrate_command_end_to_end(smol, tmp_path):
     model, tok = smol
     out = tmp_path/'cal.json'
     assert calibrate(['--model', 'smollm2-135m', '--texts', 'austen', '--windows', '1', '--length', '64', '--repeat', '16',
-                 '--window', '0', '--threads', '2', '--out', str(out)]) == 0
+                 '--window', 'none', '--threads', '2', '--out', str(out)]) == 0
     cal = load_sensitivity(out, ModelSpec.of(model))
     shipped = load_sensitivity(package_data('sensitivity-smollm2-135m-rotated.json'))
     assert cal.family == shipped.family and cal.bits == (8, 4, 3, 2) and cal.evict is None
