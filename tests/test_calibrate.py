@@ -5,6 +5,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from kvstrat.core import tiny_model
 from kvstrat.sensitivity import load_sensitivity, main, pool_sensitivities
+from kvstrat.stratigraphic import Stratigraphic
 
 WORDS = [f'w{i}' for i in range(255)] # with [UNK], the tiny model's vocabulary of 256
 
@@ -42,6 +43,16 @@ def test_pool_with_a_calibration_measured_otherwise(tiny_dir, capsys):
     assert calibrate(d, 'b.txt', 'x.json', '--pool-with', f"{d/'no-evict.json'}=2") == 2 # refused before it measures
     assert 'was measured with a different window, evict than this run' in capsys.readouterr().err
     assert not (d/'x.json').exists()
+
+def test_ratio_measures_what_its_plan_reads(tiny_dir):
+    "`--ratio 8` measures eviction beyond the 128-token window and widths with the 4 residual rows its plan keeps."
+    d = tiny_dir
+    assert calibrate(d, 'a.txt', 'r8.json', '--ratio', '8', '--evict-length', '288', '--repeat', '16') == 0
+    s, plan = load_sensitivity(d/'r8.json'), Stratigraphic(ratio=8)
+    assert (s.window, s.residual) == (plan.window, plan.residual) == (128, 4)
+    assert calibrate(d, 'a.txt', 'r8-12.json', '--ratio', '8', '--residual', '12', '--window', 'none') == 0
+    s = load_sensitivity(d/'r8-12.json')
+    assert (s.window, s.residual, s.evict) == (None, 12, None) # given, they win
 
 def test_pool_with_auto_where_nothing_ships(tiny_dir, capsys):
     assert calibrate(tiny_dir, 'a.txt', 'x.json', '--pool-with', 'auto=4') == 2
