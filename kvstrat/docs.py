@@ -222,8 +222,9 @@ def results_parts(run=None, root=None, nbs=None) -> list:
     run = Path(run or runs[0])
     parts = [run_summary(run, nbs, versions=not (run/'results.md').is_file()) + '\n\n' + results_markdown(run, nbs)]
     parts += [run/png for png in RUN_IMAGES if (run/png).is_file()]
-    if others := [r for r in runs if r.resolve() != run.resolve()]:
-        parts.append('Other runs: ' + ', '.join(f'`{repo_path(r, nbs)}`' for r in others) + '.')
+    if others := [r for r in runs if r.resolve() != run.resolve()]: # too many to list; the diary names each one's run
+        parts.append(f"{len(others)} other run{'s' if len(others) > 1 else ''} committed beside it under "
+                     f"`{repo_path(others[0].parent, nbs)}/`, each with its own `results.md`.")
     return parts
 
 # %% ../nbs/18_docs.ipynb #05d8572a
