@@ -27,7 +27,7 @@ def nbs_path() -> Path:
     return Path(kvstrat.__file__).resolve().parent.parent/'nbs'
 
 SECTIONS = (('Loading', r'0[01]_'), ('Quantisation and the compressed cache', r'0[2-9]a?_'),
-            ('Importance and eviction', r'10_'), ('Stratigraphic', r'11[bc]?_|stratigraphic'),
+            ('Importance and eviction', r'10_'), ('Stratigraphic', r'11[bcd]?_|stratigraphic'),
             ('Streaming', r'11a_|1[23]_'),
             ('Benchmarks', r'1[4-7]a?_'), ('Project', r'18a?_|diary'), ('Architectures', r'19a?_'),
            ) # (section, regex matched at the start of a file name)
