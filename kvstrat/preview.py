@@ -6,16 +6,16 @@ Docs: https://kvstrat.github.io/kvstrat/preview.html.md"""
 
 # %% ../nbs/18a_preview.ipynb #cd1f2831
 from __future__ import annotations
-import argparse, base64, importlib, re, shutil, subprocess, sys, time
+import argparse, base64, importlib, inspect, re, shutil, subprocess, sys, time
 from pathlib import Path
 from fastcore.imports import in_notebook
 from .docs import *
 from .docs import _INCLUDE # the include pattern the pages share
 
 # %% auto #0
-__all__ = ['EXECUTE', 'CSS', 'file_output', 'attach_images', 'execute_nb', 'process_nb', 'add_show_docs', 'cell_options',
-           'docs_notebook', 'html_name', 'nav_html', 'page_html', 'fix_links', 'render_page', 'build_preview',
-           'readme_markdown', 'build', 'main']
+__all__ = ['EXECUTE', 'CSS', 'file_output', 'attach_images', 'execute_nb', 'process_nb', 'source_line', 'add_show_docs',
+           'cell_options', 'docs_notebook', 'html_name', 'nav_html', 'page_html', 'fix_links', 'render_page',
+           'build_preview', 'readme_markdown', 'build', 'main']
 
 # %% ../nbs/18a_preview.ipynb #75c21a24
 # run in full for the preview: cheap, and their outputs are the point
@@ -74,6 +74,11 @@ def process_nb(nb):
     return add_show_docs(nb, module)
 
 # %% ../nbs/18a_preview.ipynb #8cb421fb
+def source_line(fn) -> int|None:
+    "The line where `fn` (a function or class) starts in its file; None where Python cannot tell (a property)."
+    try: return inspect.getsourcelines(inspect.unwrap(fn))[1]
+    except (TypeError, OSError): return None
+
 def add_show_docs(nb, module:str|None=None):
     "Outputs for `show_doc(...)` cells, evaluated in the namespace of the exported `module`."
     from nbdev.showdoc import show_doc
@@ -81,8 +86,11 @@ def add_show_docs(nb, module:str|None=None):
     for c in nb.cells:
         src = cell_options(c.source)[1].strip() if c.cell_type == 'code' else ''
         if not re.fullmatch(r'show_doc\(.+\)', src, re.S) or c.get('outputs'): continue
-        try: md = eval(src, ns)._repr_markdown_()
+        try: doc = eval(src, ns)
         except Exception: continue # a name only the notebook defines: no docs in the preview
+        # nbdev 3 looks a symbol's line up under its full name and finds none: its source links end in `#LNone`
+        line = source_line(doc.sym)
+        md = doc._repr_markdown_().replace('#LNone', f'#L{line}' if line else '')
         c['outputs'] = [{'output_type': 'display_data', 'data': {'text/markdown': md}, 'metadata': {}}]
     return nb
 
@@ -186,20 +194,27 @@ def _local_target(url:str) -> str|None:
     return url.split('#')[0].split('?')[0] or None
 
 # %% ../nbs/18a_preview.ipynb #4133859c
+def _lower_fragment(url:str) -> str: # nbdev links anchors in lower case, as Quarto writes them; nbconvert keeps it
+    path, hash_, frag = url.partition('#')
+    return path + hash_ + frag.lower()
+
 def fix_links(html:str, nbs, dest, doc_url:str='') -> str:
-    "Links in `html` made to work in `dest`: pages → their HTML, hosted-docs URLs → relative, linked files copied."
+    ("Links in `html` made to work in `dest`: pages → their HTML, hosted-docs URLs → relative, linked files copied, "
+     "anchors and the links to them in lower case.")
     from bs4 import BeautifulSoup
     nbs, dest, soup = Path(nbs), Path(dest), BeautifulSoup(html, 'html.parser')
+    for el in soup.find_all(id=True): el['id'] = el['id'].lower()
     for tag, attr in (('a', 'href'), ('img', 'src'), ('link', 'href')):
         for el in soup.find_all(tag):
             url = el.get(attr, '')
             if doc_url and url.startswith(doc_url.rstrip('/') + '/'): url = url[len(doc_url.rstrip('/')) + 1:]
+            if url.startswith('#'): el[attr] = _lower_fragment(url)
             if (path := _local_target(url)) is None: continue
             frag = url[len(path):]
             if path.endswith(('.ipynb', '.qmd')): url = html_name(path) + frag
             elif not (dest/path).exists() and (nbs/path).is_file():
                 (dest/path).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(nbs/path, dest/path)
-            el[attr] = url
+            el[attr] = _lower_fragment(url)
     return str(soup)
 
 # %% ../nbs/18a_preview.ipynb #e608974a
