@@ -213,6 +213,17 @@ def _tiny_config(layout:str, common:dict, n_layers:int):
     if layout == 'qwen2.5': return tf.Qwen2Config(**common)
     return tf.LlamaConfig(**common)
 
+# %% ../nbs/00_core.ipynb #c7a90020
+def _with_qk_norms_drawn(model:PreTrainedModel, seed:int) -> PreTrainedModel:
+    """`model` with its query and key norms' weights drawn, as training leaves them. Fresh ones are uniform, so every
+    key of a head would have one length (Gemma 3: exactly sqrt(head_dim)) and `keynorm` would rank rows by float noise."""
+    g = torch.Generator().manual_seed(seed) # its own stream: the other weights stay as the seed drew them
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith(('q_norm', 'k_norm')):
+                module.weight.copy_(0.5 * torch.randn(module.weight.shape, generator=g))
+    return model
+
 # %% ../nbs/00_core.ipynb #7395a87e
 def tiny_model(layout:str='gqa', # a key of `TINY_LAYOUTS`
                seed:int=0, vocab:int=256, n_layers:int=2, head_dim:int=32,
@@ -226,7 +237,7 @@ def tiny_model(layout:str='gqa', # a key of `TINY_LAYOUTS`
     if layout == 'phi3': del common['head_dim'] # Phi-3 derives it: hidden_size // heads
     config = _tiny_config(layout, common, n_layers)
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config).eval()
+    return _with_qk_norms_drawn(AutoModelForCausalLM.from_config(config), seed).eval()
 
 # %% ../nbs/00_core.ipynb #b5925b91
 _LLAMA3_ROPE = dict(rope_type='llama3', rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
