@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/importance.html.md"""
 
 # %% ../nbs/10_importance.ipynb #d0f0fa72
 from __future__ import annotations
-import json, math
+import json, math, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -17,9 +17,9 @@ from .protocol import against_full
 
 # %% auto #0
 __all__ = ['head_layout', 'to_layout', 'from_layout', 'accumulate_attention', 'h2o_scores', 'snapkv_scores', 'recency',
-           'recent_mask', 'sink_mask', 'attention_sinks', 'key_norm', 'topic_shift_scores', 'topic_shift_boundaries',
-           'per_head_minmax', 'combine', 'keep_count', 'check_budget', 'keep_top', 'Evict', 'StreamingLLM', 'SnapKV',
-           'H2O', 'KeyNorm', 'eviction_table', 'FutureAttention', 'retained_attention']
+           'recent_mask', 'sink_mask', 'attention_sinks', 'key_norm', 'one_length_heads', 'topic_shift_scores',
+           'topic_shift_boundaries', 'per_head_minmax', 'combine', 'keep_count', 'check_budget', 'keep_top', 'Evict',
+           'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'eviction_table', 'FutureAttention', 'retained_attention']
 
 # %% ../nbs/10_importance.ipynb #18b5bc75
 def head_layout(pos:torch.Tensor, # (N,) position of each row
@@ -99,6 +99,16 @@ def attention_sinks(share:torch.Tensor, # (N,) mean attention per query each row
 def key_norm(keys:torch.Tensor) -> torch.Tensor: # (N, D)
     "Negative L2 norm of each key: small keys tend to be attended more."
     return -keys.float().norm(dim=-1)
+
+# %% ../nbs/10_importance.ipynb #c7a90022
+def one_length_heads(lengths:torch.Tensor, # (N,) each held key's L2 norm
+                     head:torch.Tensor, # (N,) head of each row
+                     rtol:float=1e-2) -> torch.Tensor: # above stored rounding: bf16 moves a length by ≤ 0.4 %
+    "Which heads hold two or more keys whose lengths agree to `rtol`: ranking those by length ranks rounding noise."
+    n = int(head.max()) + 1 if len(head) else 0
+    most = lengths.new_full((n,), -math.inf).scatter_reduce(0, head, lengths, 'amax') # (heads,)
+    least = lengths.new_full((n,), math.inf).scatter_reduce(0, head, lengths, 'amin')
+    return (torch.bincount(head, minlength=n) >= 2) & (most - least <= rtol * most)
 
 # %% ../nbs/10_importance.ipynb #f97899ce
 def topic_shift_scores(keys:torch.Tensor, # (N, D) keys of the held rows
@@ -268,7 +278,12 @@ class KeyNorm(Evict):
 
     @classmethod
     def example(cls): return cls(budget=0.5, sinks=2, window=4)
-    def importance(self, view): return key_norm(view.keys)
+    def importance(self, view):
+        score = key_norm(view.keys)
+        if one_length_heads(-score, view.head).any(): # a fresh model's uniform query/key norms do this (Gemma 3)
+            warnings.warn("keynorm: every key of a head has the same length (untrained query/key norms?), so the "
+                          "rows it keeps are chosen by float rounding, not by the keys", stacklevel=2)
+        return score
 
 # %% ../nbs/10_importance.ipynb #b833eb51
 def eviction_table(model, windows:torch.Tensor, # (W, L) token ids
