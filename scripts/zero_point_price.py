@@ -1,0 +1,41 @@
+"""What 8-bit zero-points would buy Stratigraphic, as the knapsack prices it: no evaluation text is read.
+
+Today each quantised group stores an 8-bit log scale and an fp16 zero-point. Per row that is, for keys, 3 bytes per
+channel over a key group of 32 rows (6 B of a 2-bit key row's 22) and, for values, 3 bytes (of 19). This prices a
+format whose zero-points take one byte, with the same calibrated costs: an upper bound on what the bytes alone buy, as
+a zero-point of 8 bits would round, and its error is not priced. For each ratio: the share of the plan's bytes held in
+zero-points, and the summed calibrated cost (nats per token) of today's plan and of the plan with the bytes saved.
+    python scripts/zero_point_price.py 4.2 6.4 8.4        # seconds
+"""
+import json, sys
+import torch
+from kvstrat.adapter import ModelSpec
+from kvstrat.core import load_model
+from kvstrat.stratigraphic import Stratigraphic
+
+def zero_point_bytes(s:Stratigraphic, head_dim:int) -> torch.Tensor: # (k,) per choice, like `head_choices`' columns
+    "Bytes of fp16 zero-points a head holds at `length` under each of its choices: 2 per key group channel, 2 per value row."
+    held, _ = s.top_held(head_dim)
+    per_row = 2 * head_dim / s.group + 2 # the keys' share of their group's zero-points, and the value row's own
+    window_rows = -(-max(s.window - s.residual, 0) // s.group) * s.group # as `window_bytes` bounds them
+    pairs = len(s.bit_widths()) ** 2
+    quantised = [s.length - held] * pairs + [0] + ([window_rows] * pairs if s.windowed_choices else [])
+    return per_row * torch.tensor(quantised, dtype=torch.float)
+
+def plan_cost(s:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, spec) -> tuple[float, torch.Tensor]:
+    choice = s.choose(cost, nbytes, len(cost) * s.length * 2 * 2 * spec.head_dim / s.ratio, spec.n_layers)
+    return cost.gather(1, choice[:, None]).sum().item(), choice
+
+if __name__ == '__main__':
+    if len(sys.argv) < 2: sys.exit(__doc__)
+    model, _ = load_model('smollm2-135m', None)
+    spec = ModelSpec.of(model)
+    for ratio in map(float, sys.argv[1:]):
+        s = Stratigraphic(ratio=ratio)
+        cost, nbytes = s.head_choices(s.sensitivity(spec), spec.head_dim) # (L·H, k) each
+        zeros = zero_point_bytes(s, spec.head_dim).expand_as(nbytes)
+        today, choice = plan_cost(s, cost, nbytes, spec)
+        cheaper, _ = plan_cost(s, cost, nbytes - zeros / 2, spec) # one byte of each two
+        share = zeros.gather(1, choice[:, None]).sum().item() / nbytes.gather(1, choice[:, None]).sum().item()
+        print(json.dumps(dict(ratio=ratio, zero_point_share=round(share, 4), cost=round(today, 5),
+                              cost_8bit_zero_points=round(cheaper, 5), change=round(cheaper / today - 1, 4))), flush=True)
