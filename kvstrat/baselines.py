@@ -53,9 +53,9 @@ class Int4(NaiveQuant):
 @register
 @dataclass
 class Kivi(Strategy):
-    "KIVI: per-channel keys, per-token values, fp16 attention sinks and residual window; bits 4 or 2."
+    "KIVI: per-channel keys, per-token values, fp16 attention sinks and residual window; 2, 3 or 4 bits."
     name: ClassVar[str] = 'kivi'
-    bits: int = 4 # 4 or 2 (3 also works)
+    bits: int = 4 # 2, 3 or 4: the original paper measured 2 and 4
     group: int = 32 # tokens per key group (channels per key group with key_axis='token')
     value_group: int|None = None # channels per value group; None: the whole head (one scale per token and head)
     residual: int = 12 # most recent tokens kept in fp16 (128 cost 1.3x in compression for no measurable gain)
