@@ -3,11 +3,12 @@
 Today each quantised group stores an 8-bit log scale and an fp16 zero-point. Per row that is, for keys, 3 bytes per
 channel over a key group of 32 rows (6 B of a 2-bit key row's 22) and, for values, 3 bytes (of 19). This prices a
 format whose zero-points take one byte, with the same calibrated costs: an upper bound on what the bytes alone buy, as
-a zero-point of 8 bits would round, and its error is not priced. For each ratio: the share of the plan's bytes held in
-zero-points, and the summed calibrated cost (nats per token) of today's plan and of the plan with the bytes saved.
-    python scripts/zero_point_price.py 4.2 6.4 8.4        # seconds
+a zero-point of 8 bits would round; `--error K V` prices that too, every key cost times K and value cost times V
+(`zero_point_error.py` measures the squared error). For each ratio: the share of the plan's bytes held in zero-points,
+and the summed calibrated cost (nats per token) of today's plan and of the plan with the bytes saved.
+    python scripts/zero_point_price.py --ratios 4.2 6.4 8.4 [--error 1.06 1.02]        # seconds
 """
-import json, sys
+import argparse, dataclasses, json
 import torch
 from kvstrat.adapter import ModelSpec
 from kvstrat.core import load_model
@@ -27,15 +28,21 @@ def plan_cost(s:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, spec) -> 
     return cost.gather(1, choice[:, None]).sum().item(), choice
 
 if __name__ == '__main__':
-    if len(sys.argv) < 2: sys.exit(__doc__)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--ratios', nargs='+', type=float, required=True)
+    p.add_argument('--error', nargs=2, type=float, default=(1., 1.), metavar=('K', 'V'))
+    o = p.parse_args()
     model, _ = load_model('smollm2-135m', None)
     spec = ModelSpec.of(model)
-    for ratio in map(float, sys.argv[1:]):
+    for ratio in o.ratios:
         s = Stratigraphic(ratio=ratio)
-        cost, nbytes = s.head_choices(s.sensitivity(spec), spec.head_dim) # (L·H, k) each
+        sens = s.sensitivity(spec)
+        cost, nbytes = s.head_choices(sens, spec.head_dim) # (L·H, k) each
         zeros = zero_point_bytes(s, spec.head_dim).expand_as(nbytes)
         today, choice = plan_cost(s, cost, nbytes, spec)
-        cheaper, _ = plan_cost(s, cost, nbytes - zeros / 2, spec) # one byte of each two
+        rounded = sens.cost * torch.tensor(o.error)[:, None] # (L, H, 2, widths): keys, values
+        cost_8bit, _ = s.head_choices(dataclasses.replace(sens, cost=rounded), spec.head_dim)
+        cheaper, _ = plan_cost(s, cost_8bit, nbytes - zeros / 2, spec) # one byte of each two
         share = zeros.gather(1, choice[:, None]).sum().item() / nbytes.gather(1, choice[:, None]).sum().item()
         print(json.dumps(dict(ratio=ratio, zero_point_share=round(share, 4), cost=round(today, 5),
                               cost_8bit_zero_points=round(cheaper, 5), change=round(cheaper / today - 1, 4))), flush=True)
