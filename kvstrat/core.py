@@ -216,7 +216,8 @@ def _tiny_config(layout:str, common:dict, n_layers:int):
 # %% ../nbs/00_core.ipynb #c7a90020
 def _with_qk_norms_drawn(model:PreTrainedModel, seed:int) -> PreTrainedModel:
     """`model` with its query and key norms' weights drawn, as training leaves them. Fresh ones are uniform, so every
-    key of a head would have one length (Gemma 3: exactly sqrt(head_dim)) and `keynorm` would rank rows by float noise."""
+    key of a head would have one length (Gemma 3: exactly sqrt(head_dim)), and `keynorm` would rank rows by float
+    noise."""
     g = torch.Generator().manual_seed(seed) # its own stream: the other weights stay as the seed drew them
     with torch.no_grad():
         for name, module in model.named_modules():
