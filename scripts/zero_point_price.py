@@ -15,7 +15,7 @@ from kvstrat.core import load_model
 from kvstrat.stratigraphic import Stratigraphic
 
 def zero_point_bytes(s:Stratigraphic, head_dim:int) -> torch.Tensor: # (k,) per choice, like `head_choices`' columns
-    "Bytes of fp16 zero-points a head holds at `length` under each of its choices: 2 per key group channel, 2 per value row."
+    "Bytes of fp16 zero-points a head holds at `length` under each choice: 2 per key group channel, 2 per value row."
     held, _ = s.top_held(head_dim)
     per_row = 2 * head_dim / s.group + 2 # the keys' share of their group's zero-points, and the value row's own
     window_rows = -(-max(s.window - s.residual, 0) // s.group) * s.group # as `window_bytes` bounds them
@@ -45,4 +45,5 @@ if __name__ == '__main__':
         cheaper, _ = plan_cost(s, cost_8bit, nbytes - zeros / 2, spec) # one byte of each two
         share = zeros.gather(1, choice[:, None]).sum().item() / nbytes.gather(1, choice[:, None]).sum().item()
         print(json.dumps(dict(ratio=ratio, zero_point_share=round(share, 4), cost=round(today, 5),
-                              cost_8bit_zero_points=round(cheaper, 5), change=round(cheaper / today - 1, 4))), flush=True)
+                              cost_8bit_zero_points=round(cheaper, 5), change=round(cheaper / today - 1, 4))),
+              flush=True)
