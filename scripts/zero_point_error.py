@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 from kvstrat.core import load_model
 from kvstrat.sensitivity import calibration_set
-from kvstrat.quant import hadamard, stored_scale, scale_values, _fp16_toward
+from kvstrat.quant import hadamard, stored_scale, scale_values, _scale_zero
 
 def store_groups(x:torch.Tensor, is_key:bool, sinks:int=4, group:int=32) -> torch.Tensor: # (n, elements)
     "One layer's `x` (B, H_kv, T, D), rotated, past its sinks, in whole groups as the store quantises them."
@@ -29,9 +29,9 @@ def rounding_error(g:torch.Tensor, bits:int, share:int|None) -> tuple[float, flo
     "Mean squared error of `g`'s groups at `bits`, with an fp16 zero-point (`share=None`) or an 8-bit one; overflow."
     lo, hi = g.amin(1, keepdim=True), g.amax(1, keepdim=True)
     levels, overflow = 2**bits - 1, 0.
-    if share is None:
-        zero = _fp16_toward(lo, up=False).float()
-        scale = scale_values(stored_scale((hi - zero) / levels, 8))
+    if share is None: # as `quantize` stores a group today
+        scale, zero = _scale_zero(lo, hi, bits, scale_bits=8)
+        scale, zero = scale_values(scale), zero.float()
     else:
         scale = scale_values(stored_scale((hi - lo) / levels, 8))
         for _ in range(4): # each pass widens only the groups whose maximum the rounded-down zero leaves uncovered
