@@ -13,7 +13,7 @@ import torch
 import kvstrat.quant as quant, kvstrat.store as store
 from kvstrat.sensitivity import main
 
-GRID = {'channel': 32, 'token': 128} # 1/share of the group's range: keys' groups run along channels, values' along tokens
+GRID = {'channel': 32, 'token': 128} # 1/share of a group's range, by axis: keys' groups (channel), values' (token)
 fp16_zero, quantize = quant._scale_zero, store.quantize
 share = [] # the grid of the group being quantised, set around each call
 
