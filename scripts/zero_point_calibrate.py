@@ -8,7 +8,8 @@ the 8-bit log scale one code where the maximum is left uncovered, then measures 
     cp kvstrat/data/sensitivity-smollm2-135m-rotated-window-128.json Z.json
     python scripts/zero_point_calibrate.py --rotate --only-widths --residual 12 --window 128 --threads 1 --out Z.json
 """
-import sys
+import json, sys
+from pathlib import Path
 import torch
 import kvstrat.quant as quant, kvstrat.store as store
 from kvstrat.sensitivity import main
@@ -36,6 +37,16 @@ def quantize_8bit_zero(x, bits, group, axis='token', *args, **kwargs):
     try: return quantize(x, bits, group, axis, *args, **kwargs)
     finally: share.pop()
 
+NOTE = (" (zero-points rounded onto an 8-bit grid, 1/32 of a group's range for keys and 1/128 for values: "
+        "scripts/zero_point_calibrate.py; the format is not built)")
+
+def mark(path:str):
+    "Say in the file's `source` that its width costs are the emulated format's, not the store's."
+    calibration = json.loads(Path(path).read_text())
+    if NOTE not in calibration['source']: calibration['source'] += NOTE
+    Path(path).write_text(json.dumps(calibration, indent=1))
+
 if __name__ == '__main__':
     quant._scale_zero, store.quantize = scale_zero_8bit, quantize_8bit_zero
-    sys.exit(main(sys.argv[1:]))
+    if (status := main(sys.argv[1:])) == 0: mark(sys.argv[sys.argv.index('--out') + 1])
+    sys.exit(status)
