@@ -195,6 +195,12 @@ def top_held(self:Stratigraphic, head_dim:int) -> tuple[int, float]:
     per_row = row_bytes(self.top(head_dim), head_dim, True, self.anchors > 0) # its position; with anchors, its score
     return self.sinks + self.residual + waiting + anchored, per_row
 
+# %% ../nbs/11_stratigraphic.ipynb #e1a90001
+@patch
+def fp16_bytes(self:Stratigraphic, head_dim:int) -> int:
+    "One head's keys and values at `length` tokens in fp16: the bytes `ratio` divides."
+    return self.length * 2 * 2 * head_dim
+
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0015
 @patch
 def bit_widths(self:Stratigraphic) -> tuple[int, ...]:
@@ -238,15 +244,18 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[to
 
 # %% ../nbs/11_stratigraphic.ipynb #c7e1b001
 @patch
+def window_rows(self:Stratigraphic) -> int:
+    "Rows an evicting head holds quantised at most: right after a group sinks, `window - residual`, in whole groups."
+    group = self.group if self.keys == 'channel' else 1
+    return -(-max(self.window - self.residual, 0) // group) * group
+
+@patch
 def window_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor:
     "(widths²,) bytes at `length` of a head evicting past its window, keeping the window past `residual` at a pair."
     held, top_row = self.top_held(head_dim)
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
-    group = self.group if self.keys == 'channel' else 1
-    # right after a group sinks it holds `window - residual` rows quantised at most, up to whole key groups: an upper
-    # bound, so the plan meets its target (and its dropped count)
-    rows = -(-max(self.window - self.residual, 0) // group) * group
-    return (held * top_row + 8 + rows * (rb[0][:, None] + rb[1][None])).flatten()
+    # an upper bound on the rows, so the plan meets its target (and its dropped count)
+    return (held * top_row + 8 + self.window_rows() * (rb[0][:, None] + rb[1][None])).flatten()
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0016
 def layer_budgets(least:torch.Tensor, most:torch.Tensor, # (L,) bytes each layer's heads need at least, hold at most
@@ -304,7 +313,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     cost, nbytes = self.head_choices(sens, D) # (L·H, choices)
     planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()
     cost, nbytes = cost[planned_heads], nbytes[planned_heads]
-    fp16 = self.length * 2 * 2 * D # one head's bytes at fp16
+    fp16 = self.fp16_bytes(D)
     fewest, most = bytes_reach(cost, nbytes) # (heads,) without plain eviction where plain_eviction=false
     lo, hi = fp16 / most.mean().item(), fp16 / fewest.mean().item()
     if self.ratio > hi + 1e-9:

@@ -25,7 +25,7 @@ if __name__ == '__main__':
         short, long = Stratigraphic(ratio=ratio, window=64), Stratigraphic(ratio=ratio, window=128)
         (cs, ns), (cl, nl) = (s.head_choices(s.sensitivity(spec), spec.head_dim) for s in (short, long))
         pairs = len(long.bit_widths()) ** 2 # the first `pairs` choices keep every token; the rest evict
-        budget = len(cl) * long.length * 2 * 2 * spec.head_dim / ratio
+        budget = len(cl) * long.fp16_bytes(spec.head_dim) / ratio
         mixed, choice = price(torch.cat([cl, cs[:, pairs:]], 1), torch.cat([nl, ns[:, pairs:]], 1), budget)
         print(json.dumps(dict(ratio=ratio, window64=round(price(cs, ns, budget)[0], 5),
                               window128=round(price(cl, nl, budget)[0], 5), mixed=round(mixed, 5),

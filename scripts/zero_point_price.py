@@ -19,13 +19,12 @@ def zero_point_bytes(s:Stratigraphic, head_dim:int) -> torch.Tensor: # (k,) per 
     "Bytes of fp16 zero-points a head holds at `length` under each choice: 2 per key group channel, 2 per value row."
     held, _ = s.top_held(head_dim)
     per_row = 2 * head_dim / s.group + 2 # the keys' share of their group's zero-points, and the value row's own
-    window_rows = -(-max(s.window - s.residual, 0) // s.group) * s.group # as `window_bytes` bounds them
     pairs = len(s.bit_widths()) ** 2
-    quantised = [s.length - held] * pairs + [0] + ([window_rows] * pairs if s.windowed_choices else [])
+    quantised = [s.length - held] * pairs + [0] + ([s.window_rows()] * pairs if s.windowed_choices else [])
     return per_row * torch.tensor(quantised, dtype=torch.float)
 
 def plan_cost(s:Stratigraphic, cost:torch.Tensor, nbytes:torch.Tensor, spec) -> tuple[float, torch.Tensor]:
-    choice = s.choose(cost, nbytes, len(cost) * s.length * 2 * 2 * spec.head_dim / s.ratio, spec.n_layers)
+    choice = s.choose(cost, nbytes, len(cost) * s.fp16_bytes(spec.head_dim) / s.ratio, spec.n_layers)
     return cost.gather(1, choice[:, None]).sum().item(), choice
 
 if __name__ == '__main__':
