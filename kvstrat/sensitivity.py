@@ -19,9 +19,10 @@ from .calibration import calibration_windows
 
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
-           'layer_costs', 'evicting_attention', 'eviction_costs', 'Sensitivity', 'load_sensitivity',
-           'shipped_calibrations', 'shipped_sensitivity', 'measure_sensitivity', 'pooling_differences',
-           'pool_sensitivities', 'smallest_true', 'bytes_reach', 'knapsack', 'allocate', 'calibration_set', 'main']
+           'layer_costs', 'evicting_attention', 'kept_rows', 'kept_attention', 'eviction_costs', 'Sensitivity',
+           'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity', 'measure_sensitivity',
+           'pooling_differences', 'pool_sensitivities', 'smallest_true', 'bytes_reach', 'knapsack', 'allocate',
+           'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -142,17 +143,57 @@ def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H
                                          attn_mask=mask, scale=scaling)
     return out.transpose(1, 2)
 
+# %% ../nbs/11b_sensitivity.ipynb #e1a90010
+def kept_rows(received:torch.Tensor, # (B, T) attention each row received while held (H2O's sum)
+              held:torch.Tensor, # (B, T) bool: rows held before this update, with the newest chunk's
+              end:int, sinks:int, window:int, recent:int) -> torch.Tensor: # (B, T) bool
+    "What a head keeps after position `end`: its sinks, its newest `recent`, then of the rest held the most attended."
+    t = torch.arange(held.shape[-1], device=held.device)
+    protected = ((t < sinks) | (t >= end - recent)) & (t < end) # (T,)
+    rest = received.masked_fill(~(held & ~protected & (t < end)), -1.) # -1: not a candidate
+    top = rest.topk(window - recent, -1)
+    return torch.zeros_like(held).scatter(-1, top.indices, top.values >= 0) | protected
+
+# %% ../nbs/11b_sensitivity.ipynb #e1a90011
+def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv, T, D) ×2
+                   evicts:list[tuple[slice, int]], # (batch rows, KV head) that evict
+                   sinks:int, window:int, recent:int, # each keeps its sinks and `window` rows, `recent` the newest
+                   prefill:int, # tokens read exactly, as one chunk, before the first eviction
+                   chunk:int=16) -> torch.Tensor: # (B, T, H_q, D)
+    ("Causal attention where each listed KV head, on its rows, keeps what `kept_rows` keeps after the prefill and "
+     "after each `chunk`, by the attention its queries gave each row since it arrived: one way, chunked as protocol "
+     "P writes the cache.")
+    out, g = causal_attention(query, key, value, scaling), query.shape[1] // key.shape[1]
+    T = query.shape[2]
+    t = torch.arange(T, device=query.device)
+    for rows, h in evicts:
+        q, k, v = query[rows, h * g:(h + 1) * g].float(), key[rows, h, None].float(), value[rows, h, None].float()
+        scores = (q @ k.transpose(-1, -2)) * scaling # (b, g, T, T)
+        received = torch.softmax(scores.masked_fill(t > t[:, None], -math.inf), -1)[:, :, :prefill].sum((1, 2))
+        held = kept_rows(received, (t < prefill).expand_as(received), prefill, sinks, window, recent) # (b, T)
+        for c0 in range(prefill, T, chunk):
+            new = (t >= c0) & (t < c0 + chunk)
+            visible = (held[:, None, None] | new) & (t <= t[c0:c0 + chunk, None]) # (b, 1, n, T)
+            p = torch.softmax(scores[:, :, c0:c0 + chunk].masked_fill(~visible, -math.inf), -1)
+            out[rows, c0:c0 + chunk, h * g:(h + 1) * g] = (p @ v).transpose(1, 2).to(out.dtype)
+            received = received + p.sum((1, 2))
+            held = kept_rows(received, held | new, min(c0 + chunk, T), sinks, window, recent)
+    return out
+
 # %% ../nbs/11b_sensitivity.ipynb #d45e87bc
 @torch.no_grad()
 def eviction_costs(model, windows:torch.Tensor, # (W, T) calibration ids
                    layer_idx:int, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
-                   window:int, sinks:int=4) -> torch.Tensor: # (H_kv,)
-    "KL each KV head of one layer costs alone when it keeps only its first `sinks` and its `window` newest tokens."
+                   window:int, sinks:int=4,
+                   recent:int|None=None) -> torch.Tensor: # (H_kv,) with `recent`: of its window, the newest
+    ("KL each KV head of one layer costs alone when it keeps only its first `sinks` and `window` tokens: the newest, "
+     "or with `recent` the newest `recent` and the most attended (`kept_attention`).")
     H, W = ModelSpec.of(model).n_kv_heads, windows.shape[0]
     evicts = [(slice(h * W, (h + 1) * W), h) for h in range(H)] # copy h of the batch: head h evicts
     def attend(i, q, k, v, scaling):
         if i != layer_idx: return causal_attention(q, k, v, scaling)
-        return evicting_attention(q, k, v, scaling, evicts, sinks, window)
+        if recent is None: return evicting_attention(q, k, v, scaling, evicts, sinks, window)
+        return kept_attention(q, k, v, scaling, evicts, sinks, window, recent, windows.shape[1] - exact_logp.shape[1])
     with attention_override(model, attend), batch_repeated(model, layer_idx, H):
         logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
     return _kl(exact_logp, logits)
@@ -169,11 +210,12 @@ class Sensitivity:
     evict: torch.Tensor|None = None # (n_layers, n_kv_heads) KL of each head keeping only sinks and `window` newest
     window: int|None = None # the newest tokens an evicting head keeps, where `evict` was measured
     residual: int|None = None # newest tokens each query read at fp16 while `cost` was measured; None: the sinks alone
+    recent: int|None = None # of its window, the newest an evicting head kept, the rest the most attended; None: all
 
     def save(self, path):
         d = dict(cost=self.cost.tolist(), bits=list(self.bits), family=asdict(self.family), shape=self.shape,
                  source=self.source, window=self.window, evict=None if self.evict is None else self.evict.tolist(),
-                 residual=self.residual)
+                 residual=self.residual, recent=self.recent)
         Path(path).write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
@@ -195,6 +237,8 @@ def _check_calibration(s:Sensitivity) -> Sensitivity:
     for name, n, least in (('window', s.window, 1), ('residual', s.residual, 0)):
         if not (n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= least)):
             raise ValueError(f"{name} must be a token count >= {least} or null, got {n!r}")
+    if s.recent is not None and not (isinstance(s.recent, int) and s.window is not None and 0 <= s.recent <= s.window):
+        raise ValueError(f"recent must be a token count from 0 to window ({s.window}) or null, got {s.recent!r}")
     return s
 
 def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
@@ -203,7 +247,7 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
         torch.tensor(d['cost'], dtype=torch.float32), tuple(d['bits']), FormatFamily(**d['family']),
         tuple(d['shape']) if isinstance(d['shape'], list) else d['shape'], d.get('source', ''),
         None if d.get('evict') is None else torch.tensor(d['evict'], dtype=torch.float32), d.get('window'),
-        d.get('residual')))
+        d.get('residual'), d.get('recent')))
     s = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'), make)
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
@@ -222,11 +266,13 @@ def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers,
 
 def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_shape`, and the formats it is stored in
                         window:int|None, # the eviction window the plan prices
-                        residual:int|None) -> Path|None: # the newest rows its tier 0 keeps
+                        residual:int|None, # the newest rows its tier 0 keeps
+                        recent:int|None=None) -> Path|None: # of an evicting head's window, the newest it keeps
     ("The calibration shipped for `shape` in `family`'s formats, measured as the plan prices first: eviction beyond "
-     "`window`, then widths with `residual` rows unquantised; among equals, the first in name order.")
+     "`window` keeping `recent` newest, then widths with `residual` rows unquantised; among equals, the first in name "
+     "order.")
     found = [(p, s) for p in shipped_calibrations(shape) if (s := load_sensitivity(p)).family == family]
-    unlike = lambda s: (s.window != window, s.residual != residual) # False sorts first
+    unlike = lambda s: (s.window != window, s.recent != recent, s.residual != residual) # False sorts first
     return min(found, key=lambda f: unlike(f[1]))[0] if found else None
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
@@ -236,6 +282,7 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
                         scored:int|None=None, # positions scored at the end of each window (None: the last half)
                         residual:int|None=None, # newest tokens read at fp16, as the cache holds them; None: none
                         window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
+                        recent:int|None=None, # of them, the newest; the rest the most attended (None: all newest)
                         evict_windows:torch.Tensor|None=None, # (W', T') ids eviction is measured on (None: `windows`)
                         widths:Sensitivity|None=None, # width costs measured before on these windows: kept as they are
                         source:str='', progress=None) -> Sensitivity: # progress(layer_idx, n_layers) after each
@@ -252,18 +299,18 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
     costs, evict = [], []
     for i in range(spec.n_layers):
         if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks, exact=held))
-        if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks))
+        if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks, recent))
         if progress: progress(i, spec.n_layers)
     cost, residual = (widths.cost, widths.residual) if widths is not None else (torch.stack(costs), residual)
     return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
-                       torch.stack(evict) if evict else None, window, residual)
+                       torch.stack(evict) if evict else None, window, residual, recent if evict else None)
 
 # %% ../nbs/11b_sensitivity.ipynb #5e0c0a02
 def pooling_differences(s:Sensitivity, first:Sensitivity,
                         model:bool=True, # compare the models measured too: their shapes and the costs'
                        ) -> list[str]:
     "What `s` was measured with that differs from `first`, of all that calibrations to be pooled must share."
-    how = ('bits', 'family', 'window', 'residual') + (('shape',) if model else ())
+    how = ('bits', 'family', 'window', 'recent', 'residual') + (('shape',) if model else ())
     shapes = lambda x: (tuple(x.cost.shape), None if x.evict is None else tuple(x.evict.shape))
     return [k for k in how if getattr(s, k) != getattr(first, k)] + (
         ['evict'] if (s.evict is None) != (first.evict is None) else []) + (
@@ -392,6 +439,9 @@ def _check_options(o):
         raise ValueError(f"--window must be a token count >= 1, or 'none' to measure no eviction, got {o.window} "
                          "(stratigraphic's window=0 picks a window by ratio: leave --window out and give --ratio R "
                          "to measure the one the plan at R keeps)")
+    if o.recent is not None and not (_measures_eviction(o) and 0 <= o.recent <= o.window):
+        raise ValueError(f"--recent {o.recent}: the newest of the --window tokens an evicting head keeps, so from 0 to "
+                         f"--window ({o.window}), with eviction measured")
     lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if _measures_eviction(o) else [])
     for name, n in lengths:
         if not o.repeat < n // 2:
@@ -410,13 +460,13 @@ def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, # what this run 
     "`s`, read from `--pool-with path`, if it was measured as this run measures (`measured`); else a clear error."
     if differs := pooling_differences(s, measured, model):
         raise ValueError(f"--pool-with {path} was measured with a different {', '.join(differs)} than this run: "
-                         "pool calibrations measured alike (the same --group, --rotate, --window and --residual, on "
-                         "the same model)")
+                         "pool calibrations measured alike (the same --group, --rotate, --window, --recent and "
+                         "--residual, on the same model)")
     return s
 
-def _shipped_part(shape:tuple, family:FormatFamily, window:int|None, residual:int|None) -> str:
+def _shipped_part(shape:tuple, family:FormatFamily, window:int|None, residual:int|None, recent:int|None=None) -> str:
     "`--pool-with auto`: the calibration shipped for this model shape in these formats (this window, these rows)."
-    if p := shipped_sensitivity(shape, family, window, residual): return str(p)
+    if p := shipped_sensitivity(shape, family, window, residual, recent): return str(p)
     raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {shape} (type, layers, KV heads, "
                      f"head_dim) in these formats ({family}): pool with a file")
 
@@ -436,6 +486,9 @@ def main(argv=None) -> int:
                    "window and residual rows stratigraphic:ratio=R keeps")
     p.add_argument('--window', type=_count_or_none, default=argparse.SUPPRESS,
                    help="newest tokens an evicting head keeps; 'none': measure no eviction (default: by --ratio)")
+    p.add_argument('--recent', type=int,
+                   help="of the --window, the newest tokens an evicting head keeps; the rest are the rows it attended "
+                   "most (stratigraphic:recent; default: all the newest)")
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',
@@ -462,7 +515,8 @@ def main(argv=None) -> int:
         if o.only_widths and kept.evict is None: raise ValueError(f"{o.out} holds no eviction costs to keep")
         evicts = _measures_eviction(o)
         measured = Sensitivity(torch.zeros(0), FORMAT_BITS, family, evict=torch.zeros(0) if evicts else None,
-                               window=o.window if evicts else None, residual=o.residual) # what this run measures
+                               window=o.window if evicts else None, residual=o.residual,
+                               recent=o.recent if evicts else None) # what this run measures
         for path, _ in o.pool_with: # each file checked before the model loads; 'auto' needs the model's shape
             if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, model=False)
         model, tok = load_model(o.model, o.device)
@@ -471,7 +525,8 @@ def main(argv=None) -> int:
         shape = model_shape(ModelSpec.of(model))
         zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
         measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
-        parts = [(_shipped_part(shape, family, measured.window, measured.residual) if f == 'auto' else f, n)
+        parts = [(_shipped_part(shape, family, measured.window, measured.residual, measured.recent) if f == 'auto'
+                  else f, n)
                  for f, n in o.pool_with]
         pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n) for path, n in parts]
         if kept is not None and kept.shape != shape:
@@ -492,13 +547,14 @@ def main(argv=None) -> int:
         print(f"kvstrat-calibrate: error: {o.out}'s widths were measured otherwise ({kept.source}): give the same "
               "--windows, --length, --repeat and --residual", file=sys.stderr)
         return 2
-    if evicts: source += (f"; eviction beyond {o.window} tokens on {o.windows} such windows of {o.evict_length} "
-                          f"tokens per text, KL over the last {o.evict_length // 2}")
-    s = measure_sensitivity(model, windows, family, window=o.window if evicts else None,
+    if evicts: source += (f"; eviction beyond {o.window} tokens" + (f", the newest {o.recent} of them and the most "
+                          "attended, chunked as protocol P" if o.recent is not None else '') + f", on {o.windows} such "
+                          f"windows of {o.evict_length} tokens per text, KL over the last {o.evict_length // 2}")
+    s = measure_sensitivity(model, windows, family, window=o.window if evicts else None, recent=o.recent,
                             evict_windows=evict_windows, widths=kept if o.only_eviction else None,
                             residual=o.residual, source=source, progress=report)
     if o.only_widths: # the eviction costs kept, and what they were measured on
-        s.evict, s.window = kept.evict, kept.window
+        s.evict, s.window, s.recent = kept.evict, kept.window, kept.recent
         s.source += '; eviction' + kept.source.partition('; eviction')[2]
     if pool: s = pool_sensitivities([(s, o.windows * len(o.texts)), *pool]) # eviction too: on as many windows
     s.save(o.out)

@@ -116,6 +116,8 @@ class Stratigraphic(Strategy):
     quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
     top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16, 8 or 4 bits; None: by `ratio`
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
+    recent: int|None = None # of an evicting head's window, the newest tokens; the rest are the rows it attended most
+                            # (H2O's sum), dropped one way; None: the newest `window` (needs quantised_window=false)
 
     def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
         # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, a
@@ -125,7 +127,9 @@ class Stratigraphic(Strategy):
         if self.residual is None: self.residual = 4 if self.ratio >= RESIDUAL4_FROM else 12
         if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
 
-    def needs(self): return Needs(ordered=True, attention=self.anchors > 0, summed=True, scores=self.anchors > 0)
+    def needs(self): return Needs(ordered=True, attention=self.ranks_rows, summed=True, scores=self.ranks_rows)
+    @property
+    def ranks_rows(self) -> bool: return self.anchors > 0 or self.recent is not None # by the attention they got
     @property
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     @property
@@ -165,7 +169,7 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
-        path = (shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual)
+        path = (shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual, self.recent)
                 or found[0]) # none in its formats: refused below
         s = load_sensitivity(path, spec)
     name = self.calibration if self.calibration != 'auto' else f'auto ({path.name})'
@@ -178,6 +182,11 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
         raise ValueError(f"stratigraphic: calibration {name} measured eviction {measured}: use "
                          f"window={s.window if s.evict is not None else 'none'}, or measure it with "
                          f"`kvstrat-calibrate --only-eviction --window {self.window}`")
+    if self.window is not None and s.recent != self.recent:
+        kept = lambda r: 'its newest' if r is None else f'its newest {r} and the most attended'
+        raise ValueError(f"stratigraphic: calibration {name} measured eviction keeping {kept(s.recent)} of the window, "
+                         f"but this plan keeps {kept(self.recent)}: measure it with `kvstrat-calibrate --only-eviction "
+                         f"--window {self.window}" + (f" --recent {self.recent}`" if self.recent is not None else '`'))
     if s.residual != self.residual: # the knapsack would price tokens the cache keeps at fp16 as quantised, or back
         read = 'the sinks alone' if s.residual is None else f'each query\'s {s.residual} newest tokens'
         warnings.warn(f"stratigraphic: calibration {name} measured the widths with {read} at fp16, but this "
@@ -192,7 +201,7 @@ def top_held(self:Stratigraphic, head_dim:int) -> tuple[int, float]:
     old = max(self.length - self.sinks - self.residual, 0)
     run = (self.group if self.keys == 'channel' else 1) + self.anchors # per-token keys sink a row at a time
     waiting, anchored = old % run, old // run * self.anchors
-    per_row = row_bytes(self.top(head_dim), head_dim, True, self.anchors > 0) # its position; with anchors, its score
+    per_row = row_bytes(self.top(head_dim), head_dim, True, self.ranks_rows) # its position; ranking rows, its score
     return self.sinks + self.residual + waiting + anchored, per_row
 
 # %% ../nbs/11_stratigraphic.ipynb #e1a90001
@@ -304,6 +313,11 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     if not self.plain_eviction and not self.windowed_choices:
         raise ValueError("stratigraphic plain_eviction=false leaves a head only quantised windows to evict with: it "
                          "needs quantised_window=true and a window")
+    if self.recent is not None and not (self.window is not None and 0 <= self.recent <= self.window
+                                        and not self.windowed_choices):
+        raise ValueError(f"stratigraphic recent={self.recent} keeps the newest of an evicting head's window and ranks "
+                         f"the rest, all in tier 0: it needs quantised_window=false and 0 <= recent <= window "
+                         f"({self.window})")
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
     held, _ = self.top_held(D)
@@ -345,8 +359,17 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds
                         self.anchors, importance)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
-        sink = torch.where(tier == view.evicted, sinking_rows(view, self.window, self.sinks, None), sink)
+        sink = torch.where(tier == view.evicted, self.dropped(view), sink)
     return torch.where(sink, tier, 0)
+
+@patch
+def dropped(self:Stratigraphic, view:LayerView) -> torch.Tensor: # (N,) bool, for the rows of evicting heads
+    ("The rows an evicting head drops: all but its sinks and newest `window`; with `recent`, all but its sinks, newest "
+     "`recent` and the `window - recent` most attended (H2O's sum, as `kept_rows` measures it).")
+    if self.recent is None: return sinking_rows(view, self.window, self.sinks, None)
+    protected = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, self.recent)
+    quota = torch.full((view.batch * view.n_kv_heads,), self.sinks + self.window, device=view.head.device) # all kept
+    return ~keep_top(h2o_scores(view.score, view.pos, view.seen), view.head, quota, protected)
 
 @patch
 def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:

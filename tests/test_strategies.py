@@ -41,7 +41,9 @@ VARIANTS = {'zoned-bedrock': 'zoned:ratio=2,residual=4,group=16,profile=none,bed
             'stratigraphic-anchors': 'stratigraphic:ratio=2,residual=8,sinks=2,group=8,length=96,window=8,anchors=1',
             'stratigraphic-windowed': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24',
             'stratigraphic-top8': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=8',
-            'stratigraphic-top4': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=4'}
+            'stratigraphic-top4': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=4',
+            'stratigraphic-recent': ('stratigraphic:ratio=2.5,residual=8,sinks=2,group=8,length=96,window=8,recent=4,'
+                                     'quantised_window=false')}
 ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with one KV head (their documented error)
 CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
