@@ -20,18 +20,10 @@ import torch
 from transformers import AttentionInterface
 from kvstrat.core import load_model
 from kvstrat.adapter import ModelSpec
-from kvstrat.sensitivity import calibration_set
+from kvstrat.sensitivity import calibration_set, kept_rows
 from kvstrat.stratigraphic import Stratigraphic
 
 SINKS, KEPT, PREFILL, CHUNK = 4, 128, 512, 16
-
-def kept_after(received:torch.Tensor, held:torch.Tensor, end:int, recent:int) -> torch.Tensor: # (B, T) bool
-    "Rows a head holds after position `end`: its sinks, its newest `recent`, the most attended of the rest held."
-    t = torch.arange(held.shape[-1])
-    forced = ((t < SINKS) | (t >= end - recent)) & (t < end) # (T,)
-    rest = received.masked_fill(~(held & ~forced & (t < end)), -1.) # -1: not a candidate
-    top = rest.topk(KEPT - recent, -1) # (B, KEPT - recent)
-    return torch.zeros_like(held).scatter(-1, top.indices, top.values >= 0) | forced
 
 def merged_rows(key:torch.Tensor, value:torch.Tensor, group:int, # (B, H, T, D) one head's group of query heads
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -51,7 +43,7 @@ def head_chunks(q, k, v, scaling, arm:str, params:list[float]) -> torch.Tensor: 
     received[:, :PREFILL] = torch.softmax(scores[:, :, :PREFILL, :PREFILL].masked_fill(
         ~causal[:PREFILL, :PREFILL], -math.inf), -1).sum((1, 2))
     recent = int(params[0]) if arm == 'kept' else KEPT
-    held = kept_after(received, torch.ones_like(received, dtype=torch.bool), PREFILL, recent)
+    held = kept_rows(received, torch.ones_like(received, dtype=torch.bool), PREFILL, SINKS, KEPT, recent)
     if arm == 'merged': kbar, vbar, last = merged_rows(k, v, int(params[0]))
     for c0 in range(PREFILL, T, CHUNK):
         c1 = min(c0 + CHUNK, T)
@@ -66,7 +58,7 @@ def head_chunks(q, k, v, scaling, arm:str, params:list[float]) -> torch.Tensor: 
             p = torch.softmax(s, -1)
             out[:, :, c0:c1] = p @ v
         received += p[..., :T].sum((1, 2))
-        held = kept_after(received, held | ((t >= c0) & (t < c1)), c1, recent)
+        held = kept_rows(received, held | ((t >= c0) & (t < c1)), c1, SINKS, KEPT, recent)
     return out
 
 def simulated(evicting:dict, arm:str|None, params:list[float]):
