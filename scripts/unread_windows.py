@@ -1,8 +1,9 @@
 """Which windows of an N-window protocol-P run no earlier choice has read: for rules fixed before their run.
 
-A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16-, 20-, 24-, 32- or 40-window runs
-every earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any shipped
-calibration window (precision's and the streaming heads'), or, on WikiText-2, with a 4,096-token window
+A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16-, 20-, 24-, 32-, 40- or 56-window
+runs every earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any shipped
+calibration window (precision's and the streaming heads'), from the 56-window run on, with the 16 calibration
+windows of 1,024 tokens per text that `eviction_sim.py` read before it, or, on WikiText-2, with a 4,096-token window
 `long_context_text.py` writes now or wrote before. Prints each text's unread window indices; with OUT=, it also writes
 them, with the counts it took as read, to a JSON file that a rule's checks read (`nbs/results/unread-windows/`; its
 `command` reproduces it at the commit that added it, before its own run joined `EARLIER_COUNTS`). READ= and
@@ -14,9 +15,11 @@ READ_LONG=`, the runs before 2026-12-04's 20-window rule):
 import json, sys
 import torch
 from kvstrat.core import eval_windows, load_model, load_text, tokenize
+from kvstrat.calibration import calibration_windows
 from long_context_text import calibration_taken, long_windows
 
-EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40) # the --windows of every protocol-P run of 1,024 tokens before
+EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40, 56) # the --windows of every protocol-P run of 1,024 tokens before
+READ_WITH = {56: ((16, 1024),)} # `eviction_sim.py`'s calibration windows, read before the 56-window run
 EARLIER_LONG_COUNTS = (8,) # ... and of 4,096 tokens, on both texts (`--prefill 3584 --score 512`)
 OLD_LONG_STARTS = (2048, 96024, 200522, 295198) # the 4k windows long_context_text.py wrote before 2026-12-02
 
@@ -30,6 +33,9 @@ def unread(ids:torch.Tensor, n:int, L:int=1024, long:bool=False,
     taken = calibration_taken(ids)
     for W in counts:
         for s in starts(len(ids), W, L): taken[s:s + L] = True
+        for n_cal, cal_length in READ_WITH.get(W, ()): # calibration windows first read beside that run
+            for s in calibration_windows(ids, n_cal, cal_length, eval_length=(1024, 4096))[1]:
+                taken[s:s + cal_length] = True
     for W in long_counts:
         for s in starts(len(ids), W, 4096): taken[s:s + 4096] = True
     for s in (*OLD_LONG_STARTS, *long_windows(ids)) if long else (): taken[s:s + 4096] = True
