@@ -16,6 +16,7 @@ from .adapter import ModelSpec, batch_repeated
 from .store import TierSpec, decode_rows, encode_rows
 from .linear_attention import attention_override, causal_attention, model_shape
 from .calibration import calibration_windows
+from .importance import keep_top
 
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
@@ -147,12 +148,13 @@ def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H
 def kept_rows(received:torch.Tensor, # (B, T) attention each row received while held (H2O's sum)
               held:torch.Tensor, # (B, T) bool: rows held before this update, with the newest chunk's
               end:int, sinks:int, window:int, recent:int) -> torch.Tensor: # (B, T) bool
-    "What a head keeps after position `end`: its sinks, its newest `recent`, then of the rest held the most attended."
+    ("What a head keeps after position `end`: its sinks, its newest `recent`, then of the rest held the most attended "
+     "(`keep_top`, the rule the cache drops by).")
     t = torch.arange(held.shape[-1], device=held.device)
     protected = ((t < sinks) | (t >= end - recent)) & (t < end) # (T,)
-    rest = received.masked_fill(~(held & ~protected & (t < end)), -1.) # -1: not a candidate
-    top = rest.topk(window - recent, -1)
-    return torch.zeros_like(held).scatter(-1, top.indices, top.values >= 0) | protected
+    b, pos = (held & (t < end)).nonzero(as_tuple=True) # the rows held, as the cache lists them
+    keep = keep_top(received[b, pos], b, torch.full((len(held),), sinks + window, device=held.device), protected[pos])
+    return torch.zeros_like(held).index_put_((b[keep], pos[keep]), torch.tensor(True, device=held.device))
 
 # %% ../nbs/11b_sensitivity.ipynb #e1a90011
 def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv, T, D) ×2
