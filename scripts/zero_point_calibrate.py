@@ -8,11 +8,10 @@ the 8-bit log scale one code where the maximum is left uncovered, then measures 
     cp kvstrat/data/sensitivity-smollm2-135m-rotated-window-128.json Z.json
     python scripts/zero_point_calibrate.py --rotate --only-widths --residual 12 --window 128 --threads 1 --out Z.json
 """
-import json, sys
-from pathlib import Path
+import sys
 import torch
 import kvstrat.quant as quant, kvstrat.store as store
-from kvstrat.sensitivity import main
+from kvstrat.sensitivity import load_sensitivity, main
 
 GRID = {'channel': 32, 'token': 128} # 1/share of a group's range, by axis: keys' groups (channel), values' (token)
 fp16_zero, quantize = quant._scale_zero, store.quantize
@@ -42,9 +41,9 @@ NOTE = (" (zero-points rounded onto an 8-bit grid, 1/32 of a group's range for k
 
 def mark(path:str):
     "Say in the file's `source` that its width costs are the emulated format's, not the store's."
-    calibration = json.loads(Path(path).read_text())
-    if NOTE not in calibration['source']: calibration['source'] += NOTE
-    Path(path).write_text(json.dumps(calibration, indent=1))
+    calibration = load_sensitivity(path)
+    if NOTE not in calibration.source: calibration.source += NOTE
+    calibration.save(path)
 
 if __name__ == '__main__':
     quant._scale_zero, store.quantize = scale_zero_8bit, quantize_8bit_zero
