@@ -11,14 +11,14 @@ import torch
 import torch.nn.functional as F
 from .quant import log_scale_decode, unpack_bits, scale_values
 from .store import EMPTY_SLOT, Encoded, LayerStore, TierSpec, TierStore, decode_rows, rotation
-from .store import group_heads, head_starts
+from .store import group_heads, head_starts, index_in_head, select_rows
 from . import kernels
 
 # %% auto #0
 __all__ = ['OBSERVED_BLOCK', 'TIERED_MAX_QUERIES', 'SEGMENT_ROWS', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read',
            'explicit_attention', 'grouped_attention', 'observed', 'observed_attention', 'dense_read', 'tier_scores',
-           'tier_values', 'equal_heads', 'head_groups', 'grouped_queries', 'tiered_read', 'fused_read', 'tier_blocks',
-           'blocked_read']
+           'tier_values', 'equal_heads', 'head_groups', 'grouped_queries', 'tiered_read', 'top_tier_attention',
+           'fused_read', 'tier_blocks', 'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -353,6 +353,34 @@ def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
     probs = p.view(BH, g, q, -1).mean(1) if want_probs else None
     return out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2), probs
 
+# %% ../nbs/05_attention.ipynb #7e0a0002
+def top_tier_attention(query:torch.Tensor, # (B, H_q, q, D)
+                       store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
+                       scaling:float,
+                       heads:torch.Tensor, # (h,) flattened heads b*H_kv + j whose attention is wanted
+                       softcap:float|None=None,
+                      ) -> torch.Tensor|None: # (B*H_kv, q, T0), zero outside `heads`; None: one holds deeper rows
+    "The attention `heads` give their rows, averaged over each KV head's query heads, when they hold tier 0 alone."
+    if any(bool(t.counts[heads].any()) for t in store.tiers[1:]): return None
+    t, (B, Hq, q, D), dev = store.tiers[0], query.shape, query.device
+    g, T0 = Hq // store.H, int(t.counts.max())
+    local = torch.full((store.B * store.H,), -1, device=dev)
+    local[heads] = torch.arange(len(heads), device=dev)
+    row_head = local[t.heads()] # (N0,) each row's index in `heads`, -1 for the other heads' rows
+    mine = row_head >= 0
+    head, slot = row_head[mine], index_in_head(t.heads(), t.counts)[mine]
+    keys = torch.zeros(len(heads), T0, D, device=dev) # (h, T0, D) their rows in their slots
+    keys[head, slot] = decode_rows(select_rows(t.k, mine, t.spec, True), t.spec, True, D, torch.float32)
+    never = torch.iinfo(torch.int32).max # an empty slot's position: no query attends it
+    kpos = torch.full((len(heads), T0), never, dtype=torch.int32, device=dev)
+    kpos[head, slot] = t.pos[mine]
+    scores = soft_cap(grouped_queries(query, store.H, scaling)[heads] @ keys.transpose(1, 2), softcap) # (h, g*q, T0)
+    future = (kpos[:, None, :] > qpos[:, None])[:, None] # (h, 1, q, T0)
+    p = scores.view(len(heads), g, q, T0).masked_fill(future, -math.inf).softmax(-1).mean(1) # (h, q, T0)
+    probs = torch.zeros(store.B * store.H, q, T0, device=dev)
+    probs[heads] = p.nan_to_num(0.0) # a head that holds no row observes none
+    return probs
+
 # %% ../nbs/05_attention.ipynb #1e1b3c70
 @functools.lru_cache(maxsize=4)
 def _log_scale_table(device) -> torch.Tensor: return log_scale_decode(torch.arange(256, device=device)) # (256,)
@@ -364,17 +392,18 @@ def _row_ptr(x:torch.Tensor|None, row:int) -> int:
 # %% ../nbs/05_attention.ipynb #644eed73
 SEGMENT_ROWS = 256 # rows of one kernel task at most: a head's longer segments are cut, to spread it over the threads
 
-def _segments(t:TierStore, masked:bool) -> torch.Tensor|None: # masked: the chunk's queries mask this tier's rows
+def _segments(t:TierStore, masked:bool, # the chunk's queries mask this tier's rows
+              observable:bool=False) -> torch.Tensor|None: # a strategy may observe its rows (tier 0)
     "`kernels.layer_read`'s table for tier `t`, `(pieces, len(SEGMENT_FIELDS))`; None if the kernels cannot read it."
     # kept in the tier's memo, which its every change drops: a deeper tier changes once in many decode steps. As a
     # tensor: converting every tier's rows at each step cost a 2k decode step about 0.2 ms (research diary, 2026-12-06)
-    key = (masked, t.n, t.k.data.data_ptr(), t.v.data.data_ptr())
+    key = (masked, observable, t.n, t.k.data.data_ptr(), t.v.data.data_ptr())
     if (memo := t.memo.get('segments')) is None or memo[0] != key:
-        rows = _build_segments(t, masked) # one per piece of a head's rows
+        rows = _build_segments(t, masked, observable) # one per piece of a head's rows
         memo = t.memo['segments'] = key, None if rows is None else torch.tensor(rows, dtype=torch.int64)
     return memo[1]
 
-def _build_segments(t:TierStore, masked:bool) -> list[list[int]]|None:
+def _build_segments(t:TierStore, masked:bool, observable:bool) -> list[list[int]]|None:
     "`_segments`, built from the tier's pointers and counts."
     spec, k, v, D = t.spec, t.k, t.v, t.D
     if spec.rank is not None or not all(x.is_contiguous() for x in k.tensors() + v.tensors()): return None
@@ -398,7 +427,7 @@ def _build_segments(t:TierStore, masked:bool) -> list[list[int]]|None:
                          spec.key_group, int(spec.symmetric), int(spec.scale_bits == 8), int(spec.rotate),
                          _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
                          _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
-                         _row_ptr(t.pos if masked else None, first)])
+                         _row_ptr(t.pos if masked else None, first), first, int(observable)])
     return rows
 
 # %% ../nbs/05_attention.ipynb #467c9799
@@ -406,22 +435,29 @@ def fused_read(query:torch.Tensor, # (B, H_q, q, D)
                store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
                scaling:float,
                with_lse:bool=False, # also return each query's log-sum-exp over its head's rows, `(B, H_kv, g, q)`
-              ) -> torch.Tensor|tuple|None: # (B, q, H_q, D) [, lse], or None where the kernels cannot read a tier
-    "The tiered read of the whole layer in one call of the CPU kernels, heads of unequal rows too; no probabilities."
+               observe:torch.Tensor|None=None, # (B*H_kv,) bool: also return the attention these heads give each
+                                               # tier-0 row, `(N0, q)` averaged over query heads (0 for the others)
+              ) -> torch.Tensor|tuple|None: # (B, q, H_q, D) [, lse] [, probs]; None where the kernels cannot read
+    "The tiered read of the whole layer in one call of the CPU kernels, heads of unequal rows too."
     if not kernels.kernels_available() or query.device.type != 'cpu': return None
     B, Hq, q, D = query.shape
     g, tables = Hq // store.H, []
     for i, t in enumerate(store.tiers):
         if not t.n: continue
-        if (table := _segments(t, masked=i == 0 and q > 1)) is None: return None # deeper tiers hold older rows only
+        # deeper tiers hold older rows only; a strategy sees tier 0's rows
+        if (table := _segments(t, masked=i == 0 and q > 1, observable=i == 0)) is None: return None
         tables.append(table)
+    probs = None if observe is None else torch.zeros(store.tiers[0].n, g * q) # (N0, M), query row m = r*q + j
     qg = grouped_queries(query, store.H, scaling) # (BH, g*q, D)
     rotated = any(t.spec.rotate for t in store.tiers if t.n)
     qr = (qg @ rotation(D, qg.device)).contiguous() if rotated else None # rotated rows: q·x = (q·H)·y
-    out, out_rot, lse = kernels.layer_read(qg, qr, torch.cat(tables), qpos.long(), _log_scale_table(qg.device))
+    out, out_rot, lse = kernels.layer_read(qg, qr, torch.cat(tables), qpos.long(), _log_scale_table(qg.device),
+                                           probs, observe)
     if out_rot is not None: out += out_rot @ rotation(D, qg.device).T
     out = out.to(query.dtype).view(B, Hq, q, D).transpose(1, 2)
-    return (out, lse.view(B, store.H, g, q)) if with_lse else out
+    extra = ((lse.view(B, store.H, g, q),) if with_lse else ()) + (() if probs is None else
+                                                                   (probs.view(-1, g, q).mean(1),))
+    return (out, *extra) if extra else out
 
 # %% ../nbs/05_attention.ipynb #fc11c7c8
 READ_BLOCK = 1024 # rows of every head the blocked read converts at a time: its workspace, whatever the context

@@ -19,7 +19,7 @@ from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, descri
 from .store import LayerStore
 from .core import release_freed_memory
 from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, observed,
-                               tiered_read)
+                               tiered_read, top_tier_attention)
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
@@ -37,6 +37,7 @@ class CompressedLayer(CacheLayerMixin):
         super().__init__()
         self.strategy, self.layer_idx, self.spec, self.derived, self.tiered = strategy, layer_idx, spec, derived, tiered
         self.needs, self.specs = strategy.needs(), strategy.tiers(spec.head_dim)
+        self.observed = strategy.observed_heads(layer_idx, derived) # (H_kv,) bool, or None: every head
         self.frozen = False # when True, new tokens stay in tier 0 (prefill-only compression)
         self.store = self.state = None # created with the first rows; `state` by strategies whose heads keep one
         self.quiet_until = -1 # one-token steps up to this `seen` skip planning: the strategy said nothing would move
@@ -90,32 +91,34 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
 
 # %% ../nbs/07_cache.ipynb #fa65a675
 @patch
-def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1) -> bool:
-    "May attention read the tiers in place? Heads of unequal rows may, unless the strategy wants the probabilities."
+def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1,
+                want:bool|None=None) -> bool: # the read returns every head's probabilities; None: as `Needs` asks
+    "May attention read the tiers in place? Heads of unequal rows may, unless the read must return probabilities."
     # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
     # queries over 2k tokens would be about 75 MB per layer.
+    want = self.needs.attention if want is None else want
     return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None
-            and not self.needs.keys and (not self.needs.attention or equal_heads(self.store)))
+            and not self.needs.keys and (not want or equal_heads(self.store)))
 
 @patch
-def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None) -> bool:
+def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None, want:bool|None=None) -> bool:
     "On CUDA, with Triton, attention reads every tier from its codes, probabilities too, wherever `reads_tiers` may."
-    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2]) and softcap is None and self.state is None):
+    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2], want) and softcap is None
+            and self.state is None):
         return False
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
     return triton_available()
 
 @patch
-def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None) -> tuple:
-    "Attention over the stored tokens: output `(B, q, H_q, D)`, the attention observed (`observed`), dense keys."
-    want, newest, summed = self.needs.attention, self.needs.newest_queries, self.needs.summed
-    if softcap is not None and self.state is not None:
-        raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
-    if self.reads_with_triton(query, padding, softcap):
+def read_layer(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None,
+               want:bool) -> tuple: # every head's probabilities too
+    "Attention over every stored token, through the fastest read that may: output, `observed` attention, dense keys."
+    newest, summed = self.needs.newest_queries, self.needs.summed
+    if self.reads_with_triton(query, padding, softcap, want):
         from kvstrat.triton_attention import triton_read
         out, probs = triton_read(query, self.store, qpos, scaling, want)
         return out, None if probs is None else observed(probs, None, newest, summed), None
-    if self.reads_tiers(padding, query.shape[2]):
+    if self.reads_tiers(padding, query.shape[2], want):
         # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
         if (not want and softcap is None
                 and (read := fused_read(query, self.store, qpos, scaling, self.state is not None)) is not None):
@@ -124,6 +127,29 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
             out, probs = tiered_read(query, self.store, qpos, scaling, want, softcap)
             return out, None if probs is None else observed(probs, None, newest, summed), None
     return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap, newest, summed)
+
+@patch
+def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None) -> tuple:
+    ("Attention over the stored tokens: output `(B, q, H_q, D)`, the attention observed (per slot, `observed`; or "
+     "per tier-0 row, `(N0, n)`, where the kernels read it with the output), dense keys.")
+    if softcap is not None and self.state is not None:
+        raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
+    if not self.needs.attention or self.observed is None:
+        return self.read_layer(query, qpos, padding, scaling, softcap, self.needs.attention)
+    mine = self.observed.to(query.device).repeat(self.store.B) # (B*H_kv,) the heads whose attention is observed
+    if not mine.any(): return self.read_layer(query, qpos, padding, scaling, softcap, False)
+    newest, summed = self.needs.newest_queries, self.needs.summed
+    if self.needs.ordered and self.state is None and self.reads_tiers(padding, query.shape[2], want=False):
+        # the view is tier 0 alone: the kernels hand back its rows' attention with the output, in one read
+        if softcap is None and (read := fused_read(query, self.store, qpos, scaling, observe=mine)) is not None:
+            return read[0], observed(read[1][:, :, None], None, newest, summed)[..., 0], None
+        probs = top_tier_attention(query, self.store, qpos, scaling, mine.nonzero().flatten(), softcap)
+        if probs is not None: # the heads hold tier 0 alone: theirs apart, then the layer
+            out = self.read_layer(query, qpos, padding, scaling, softcap, False)[0]
+            return out, observed(probs, None, newest, summed), None
+    out, probs, keys = self.read_layer(query, qpos, padding, scaling, softcap, True) # a prefill chunk, say
+    return out, probs.masked_fill(~mine[:, None, None], 0.0), keys
+
 
 # %% ../nbs/07_cache.ipynb #ff8e44c4
 @patch
@@ -141,14 +167,16 @@ def view(self:CompressedLayer, queries:int=1, # queries in this step
 
 @patch
 def observe(self:CompressedLayer, view:LayerView,
-            probs, # (B*H_kv, n, T) the attention observed (`observed`), or None
+            probs, # the attention observed, as `read` returns it: per slot `(B*H_kv, n, T)`, per row `(N, n)`, or None
             keys): # (B, H_kv, T, D) the keys read, or None
     "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
     movable = self.store.movable() # the view's tiers
-    slots = self.store.slot_index(len(movable)) if probs is not None or self.needs.keys else None
+    per_slot = probs is not None and probs.dim() == 3
+    slots = self.store.slot_index(len(movable)) if per_slot or self.needs.keys else None
     if self.needs.keys: view.keys = torch.cat([keys.flatten(0, 1)[h, slot] for h, slot in slots])
-    if probs is None or (score := self.strategy.observe(view, torch.cat([probs[h, :, s] for h, s in slots]))) is None:
-        return
+    if probs is None: return
+    rows = torch.cat([probs[h, :, s] for h, s in slots]) if per_slot else probs # (N, n) in the view's order
+    if (score := self.strategy.observe(view, rows)) is None: return
     view.score = score
     if self.needs.scores:
         for t, part in zip(movable, score.split([t.n for t in movable])): t.score = part.clone()
@@ -187,7 +215,7 @@ def assigned(self:CompressedLayer, view:LayerView) -> torch.Tensor: # (N,)
 
 @patch
 @torch.no_grad()
-def place(self:CompressedLayer, probs, keys, # (B*H_kv, n, T) `observed` or None, (B, H_kv, T, D) or None
+def place(self:CompressedLayer, probs, keys, # as `read` returns them (`observe`)
           queries:int=1): # queries in this step
     "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
     view = self.view(queries)

@@ -27,7 +27,7 @@ _SIGNATURES = {'token_scores': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I]
                'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None),
                'channel_scores': ([_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I], None),
                'quantize_rows': ([_P, _P, _P, _P, _I, _I, _I, _I], _I),
-               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I], None)}
+               'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I], None)}
 
 def _cpu_flags() -> str:
     try: return next((l for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('flags')), '')
@@ -180,7 +180,8 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
 # %% ../nbs/03_kernels.ipynb #86b76e21
 SEGMENT_FIELDS = ('head', 'n', 'key_kind', 'value_kind', 'key_bits', 'value_bits', 'key_groups', 'value_groups',
                   'key_group_rows', 'symmetric', 'log_scales', 'rotated', 'key_data', 'key_scale', 'key_zero',
-                  'value_data', 'value_scale', 'value_zero', 'pos') # the columns of `layer_read`'s table, in order
+                  'value_data', 'value_scale', 'value_zero', 'pos', # the columns of `layer_read`'s table, in order
+                  'row', 'observable') # the piece's first row in its tier; 1: a strategy may observe its rows
 SEGMENT_KINDS = {torch.float16: 0, torch.float32: 1, torch.bfloat16: 2, 'token': 3, 'channel': 4}
 
 def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
@@ -188,6 +189,8 @@ def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
                segments:torch.Tensor, # (S, len(SEGMENT_FIELDS)) int64, one row per (tier, head) with rows
                qpos:torch.Tensor, # (q,) int64 query positions; query row m is query m % q
                lut:torch.Tensor, # (256,) float32 the 8-bit log scales' values
+               probs:torch.Tensor|None=None, # (rows, M) float32, zeros: where observed rows' probabilities go
+               observe:torch.Tensor|None=None, # (BH,) bool: the heads whose observable segments write them
               ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]: # (BH, M, D) ×2, (BH, M) log-sum-exp
     "softmax(q·kᵀ + causal mask)·v of each head over all its segments, in one call (the pointers are not checked)."
     BH, M, D = _batched('q', q)
@@ -195,10 +198,15 @@ def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
     _check('segments', segments, torch.int64, (len(segments), len(SEGMENT_FIELDS)))
     _check('qpos', qpos, torch.int64, (len(qpos),)); _check('lut', lut, torch.float32, (256,))
     if D % 16: raise ValueError(f"layer_read needs head_dim a multiple of 16, got {D}")
+    if (probs is None) != (observe is None): raise ValueError("layer_read: probs and observe come together")
+    if probs is not None:
+        _check('probs', probs, torch.float32, (len(probs), M)); _check('observe', observe, torch.bool, (BH,))
     out, out_rot, lse = torch.empty(BH, M, D), None if qr is None else torch.empty(BH, M, D), torch.empty(BH, M)
     load_kernels().layer_read(q.data_ptr(), None if qr is None else qr.data_ptr(), segments.data_ptr(), len(segments),
                               qpos.data_ptr(), len(qpos), lut.data_ptr(), out.data_ptr(),
-                              None if out_rot is None else out_rot.data_ptr(), lse.data_ptr(), BH, M, D,
+                              None if out_rot is None else out_rot.data_ptr(), lse.data_ptr(),
+                              None if probs is None else probs.data_ptr(), None if observe is None else observe.data_ptr(),
+                              BH, M, D,
                               torch.get_num_threads()) # torch's count, whichever OpenMP runtime the library has
     return out, out_rot, lse
 

@@ -108,6 +108,8 @@ class Strategy:
     def most_below(self, view:LayerView, target:torch.Tensor, # (N,) where this step's `assign` sent each row
                   ) -> torch.Tensor|None: return None # (B*H_kv,) rows each head keeps below tier 0 (ordered); None: all
     def head_state(self, layer, derived) -> HeadState|None: return None # memory for tokens some heads evict
+    def observed_heads(self, layer_idx:int, derived) -> torch.Tensor|None: # (H_kv,) bool: the heads whose attention
+        return None # `observe` uses in this layer (`Needs.attention`), the others' reads zero; None: every head
     def adapted(self, model, derived): return nullcontext() # scope of model changes it needs (calibrated adapters)
     def provenance(self, derived) -> str|None: return None # what saved data (calibration, profile) it uses
 

@@ -520,6 +520,9 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
     for i, rows in enumerate(target.split(sizes)):
         leaving = rows != i
         if not leaving.any(): continue
+        if bool((rows[leaving] == n_tiers).all()): # evicted alone (a decode step's eviction): nothing to decode
+            self.tiers[i].select(~leaving)
+            continue
         for j, part in _split_by_dest(rows[leaving], self.leave(i, leaving), n_tiers).items(): arrivals[j].append(part)
     for j, parts in enumerate(arrivals):
         if len(parts) == 1: self.tiers[j].add(*parts[0]) # rows of one tier, still head-major

@@ -358,9 +358,15 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds
     sink = sinking_rows(view, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
                         self.anchors, importance)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
-    if self.window is not None: # an evicting head (tier == evicted) drops its rows one at a time, past its window
-        sink = torch.where(tier == view.evicted, self.dropped(view), sink)
+    evicting = tier == view.evicted # these heads drop their rows one at a time, past their window
+    if self.window is not None and bool(evicting.any()): sink = torch.where(evicting, self.dropped(view), sink)
     return torch.where(sink, tier, 0)
+
+@patch
+def observed_heads(self:Stratigraphic, layer_idx:int, plan:PrecisionPlan) -> torch.Tensor|None: # (H_kv,) bool
+    "With `recent` (and no anchors), the attention of the layer's evicting heads alone ranks rows."
+    if self.anchors or self.recent is None: return None
+    return plan.tier[layer_idx] == 1 + len(FORMAT_BITS) ** 2 # evicting: no tier
 
 @patch
 def dropped(self:Stratigraphic, view:LayerView) -> torch.Tensor: # (N,) bool, for the rows of evicting heads

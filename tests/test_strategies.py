@@ -16,7 +16,7 @@ from kvstrat.cache import CompressedCache, CompressedLayer, prefill_cache
 from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
 from kvstrat.store import FP16, TierSpec
 from kvstrat.protocol import every_token_compression
-from kvstrat import attention
+from kvstrat import attention, kernels
 from kvstrat import cache as cache_module
 
 @register
@@ -160,6 +160,9 @@ def test_full_matches_dynamic_cache_bitwise():
         b = _generate(model, CompressedCache(model, STRATEGIES['full']()), ids)
         assert torch.equal(torch.stack(a.logits), torch.stack(b.logits)), layout
 
+def _held(cache) -> list: # each compressed layer's positions, tier by tier
+    return [[p.tolist() for p in l.store.positions()] for l in cache.layers if isinstance(l, CompressedLayer)]
+
 @pytest.mark.parametrize('name,layout', CASES)
 def test_tiered_read_matches_dense(name, layout):
     "Attention read straight from the tiers (when every head holds the same rows) gives the dense read's logits."
@@ -176,6 +179,12 @@ def test_tiered_read_matches_dense(name, layout):
     tol = 1e-3 if name == 'stratigraphic' else 1e-4
     torch.testing.assert_close(fast, dense, atol=tol, rtol=tol)
     assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
+    assert _held(fast_cache) == _held(dense_cache)
+    if any(l.observed is not None for l in fast_cache.layers if isinstance(l, CompressedLayer)):
+        # some heads' attention alone (`observed_heads`): the kernels read it with the output; torch reads it apart
+        with kernels.use_kernels(False): torch_read, torch_cache = run(True)
+        torch.testing.assert_close(torch_read, dense, atol=tol, rtol=tol)
+        assert _held(torch_cache) == _held(dense_cache)
     if name in ('int8', 'int4', 'kivi'): # in-order strategies keep every head alike: the tiers were read in place
         assert all(l.reads_tiers(None) for l in fast_cache.layers if isinstance(l, CompressedLayer))
 

@@ -294,7 +294,7 @@ int quantize_rows(const float *x, uint8_t *packed, uint16_t *scale, uint16_t *ze
    segment: int64 fields, pointers already offset to the head's first row. */
 enum { KIND_F16 = 0, KIND_F32 = 1, KIND_BF16 = 2, KIND_TOKEN = 3, KIND_CHANNEL = 4 };
 enum { F_HEAD, F_N, F_KKIND, F_VKIND, F_KBITS, F_VBITS, F_KJ, F_VJ, F_KGROUP, F_SYM, F_LOG, F_ROT,
-       F_KDATA, F_KSCALE, F_KZERO, F_VDATA, F_VSCALE, F_VZERO, F_POS, N_FIELDS };
+       F_KDATA, F_KSCALE, F_KZERO, F_VDATA, F_VSCALE, F_VZERO, F_POS, F_ROW, F_OBSERVABLE, N_FIELDS };
 
 /* n stored parameters as float32: 8-bit log codes through `lut` (log), else fp16 bits. */
 static void decode_params(const void *src, int log, const float *lut, size_t n, float *dst) {
@@ -379,12 +379,20 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
    rotated for the segments stored rotated (qr NULL if none is); out, out_rot (BH, M, D): the plain and the rotated
    segments' shares (the caller rotates out_rot back); lse (BH, M): each query row's log-sum-exp (-inf, and a zero
    output, where a row sees nothing). A segment with a position array masks row t for query row m when
-   pos[t] > qpos[m % nq]. The segments run on `threads` OpenMP threads, each with its own softmax maximum, sum and
+   pos[t] > qpos[m % nq]. With `probs` (rows, M) and `observe` (BH,): an observable segment of a head marked in
+   `observe` writes each of its rows' probability under each query row, normalised over all the head's segments, at
+   `probs` row `row` on (a strategy ranks rows by them); NULL `probs` writes none.
+   The segments run on `threads` OpenMP threads, each with its own softmax maximum, sum and
    unnormalised values, merged into its head's running ones as split-K attention merges its splits: the scratch is
    one segment's per thread, whatever the number of heads. The merges run in segment order (an ordered region):
    merged in the order threads finished, float rounding made two runs of the same tokens differ. */
+static inline int observed(const int64_t *s, const float *probs, const uint8_t *observe) {
+    return probs && s[F_OBSERVABLE] && observe[s[F_HEAD]];
+}
+
 void layer_read(const float *q, const float *qr, const int64_t *desc, int S, const int64_t *qpos, int nq,
-                const float *lut, float *out, float *out_rot, float *lse, int BH, int M, int D, int threads) {
+                const float *lut, float *out, float *out_rot, float *lse, float *probs, const uint8_t *observe,
+                int BH, int M, int D, int threads) {
     memset(out, 0, sizeof(float) * BH * M * D);
     if (out_rot) memset(out_rot, 0, sizeof(float) * BH * M * D);
     float *top = malloc(sizeof(float) * BH * M * 2), *total = top + (size_t)BH * M; /* per head and query row */
@@ -400,6 +408,10 @@ void layer_read(const float *q, const float *qr, const int64_t *desc, int S, con
             if (s[F_POS]) {
                 const int32_t *pos = (const int32_t *)s[F_POS];
                 for (int t = 0; t < n; t++) if (pos[t] > qpos[m % nq]) row[t] = -INFINITY;
+            }
+            if (observed(s, probs, observe)) { /* their scores now, their probabilities below */
+                float *p = probs + (size_t)s[F_ROW] * M;
+                for (int t = 0; t < n; t++) p[(size_t)t * M + m] = row[t];
             }
             mx[m] = -INFINITY; sum[m] = 0.f;
             for (int t = 0; t < n; t++) mx[m] = row[t] > mx[m] ? row[t] : mx[m];
@@ -419,6 +431,15 @@ void layer_read(const float *q, const float *qr, const int64_t *desc, int S, con
             total[r] = total[r] * old + w * sum[m]; top[r] = joint;
         }
         free(sc);
+    }
+    for (int i = 0; i < S; i++) { /* observed rows: exp(score - the head's log-sum-exp over all its segments) */
+        const int64_t *s = desc + i * N_FIELDS;
+        if (!observed(s, probs, observe)) continue;
+        float *p = probs + (size_t)s[F_ROW] * M;
+        for (int t = 0; t < (int)s[F_N]; t++) for (int m = 0; m < M; m++) {
+            size_t r = (size_t)s[F_HEAD] * M + m;
+            p[(size_t)t * M + m] = total[r] > 0.f ? expf(p[(size_t)t * M + m] - top[r]) / total[r] : 0.f;
+        }
     }
     for (size_t r = 0; r < (size_t)BH * M; r++) {
         if (lse) lse[r] = total[r] > 0.f ? top[r] + logf(total[r]) : -INFINITY;
