@@ -130,7 +130,10 @@ def observed(probs:torch.Tensor, # (B*H_kv, q, T) each query's attention, averag
     return probs.sum(1, keepdim=True) if summed else probs
 
 # %% ../nbs/05_attention.ipynb #0b5e0005
-OBSERVED_BLOCK = 1 << 22 # score elements (query heads × queries × slots) an observed read holds at once
+# score elements (query heads × queries × slots) an observed read holds at once: at 1 << 22 (16 MB of scores, and as
+# much again for their softmax) a 2k prefill of `stratigraphic:recent=96` peaked above FullKV's (research diary,
+# 2026-12-07)
+OBSERVED_BLOCK = 1 << 20
 
 def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
                        key:torch.Tensor, value:torch.Tensor, # (B, H_kv, T, D) the dense read's slots

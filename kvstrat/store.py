@@ -482,7 +482,7 @@ def count_dropped(self:LayerStore, gone:torch.Tensor, # (n,) head of each tier-0
     drops, below = torch.bincount(gone, minlength=self.B * self.H), self.tiers[1:]
     deeper = torch.stack([t.counts for t in below]).sum(0) if below else torch.zeros_like(drops) # rows held deeper
     if sinking is not None: deeper += torch.bincount(sinking, minlength=len(drops)) # or sinks there now
-    if ((drops > 0) & (deeper > 0)).any(): # what it evicted before is older than what sinks now (sinking order)
+    if (drops * deeper).any(): # what it evicted before is older than what sinks now (sinking order)
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
     self.dropped = drops if self.dropped is None else self.dropped + drops
@@ -515,12 +515,17 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
     n_tiers, sizes, arrivals = len(self.tiers), [t.n for t in self.movable()], [[] for _ in self.tiers]
     if self.ordered: # what each head evicted, and the order its rows sank in, imply the deeper rows' positions
         heads, gone = self.tiers[0].heads(), target == n_tiers
-        self.count_dropped(heads[gone if padding is None else gone & ~padding], heads[(target > 0) & ~gone])
+        sinking = (target > 0) & ~gone
+        if not sinking.any(): # tier-0 rows evicted alone, as in most decode steps: nothing to decode or route
+            self.count_dropped(heads[gone if padding is None else gone & ~padding])
+            if gone.any(): self.tiers[0].select(~gone)
+            return
+        self.count_dropped(heads[gone if padding is None else gone & ~padding], heads[sinking])
         self.check_sinking_order(target)
     for i, rows in enumerate(target.split(sizes)):
         leaving = rows != i
         if not leaving.any(): continue
-        if bool((rows[leaving] == n_tiers).all()): # evicted alone (a decode step's eviction): nothing to decode
+        if bool((rows[leaving] == n_tiers).all()): # evicted alone: nothing to decode
             self.tiers[i].select(~leaving)
             continue
         for j, part in _split_by_dest(rows[leaving], self.leave(i, leaving), n_tiers).items(): arrivals[j].append(part)
