@@ -7,8 +7,9 @@ what its head kept after the chunk before. The evicting heads of `Stratigraphic(
 head reads exact keys and values, so the figures are the evicting heads' share alone, at fp16. Each kept set holds the
 4 sinks and 128 other rows, as the plan's window does at 6.4 (the windows' own quantisation is left out). Arms:
 - `window`: the newest 128, as the store keeps them;
-- `kept:R`: the newest R and the 128 - R the head attended most (attention summed over the queries of its group since
-  the prefill, H2O's score), one way: a row evicted never returns;
+- `kept:R[,K]`: the newest R and the K - R the head attended most (attention summed over the queries of its group
+  since the prefill, H2O's score), one way: a row evicted never returns. K (default 128) is what it keeps after each
+  chunk: a head that drops in groups of G at decode holds 128 - G + 1 rows right after a drop, at most 128;
 - `merged:G,B`: the window, and one row per evicted run of G tokens, their mean key and value, its logit raised by
   B·log G (B=1: the run's mass, as if its keys were equal).
 Prints per arm: ΔNLL against exact attention (mean, paired SE, worst window) over the scored 512 tokens, the KL, and
@@ -43,7 +44,8 @@ def head_chunks(q, k, v, scaling, arm:str, params:list[float]) -> torch.Tensor: 
     received[:, :PREFILL] = torch.softmax(scores[:, :, :PREFILL, :PREFILL].masked_fill(
         ~causal[:PREFILL, :PREFILL], -math.inf), -1).sum((1, 2))
     recent = int(params[0]) if arm == 'kept' else KEPT
-    held = kept_rows(received, torch.ones_like(received, dtype=torch.bool), PREFILL, SINKS, KEPT, recent)
+    kept = int(params[1]) if arm == 'kept' and len(params) > 1 else KEPT
+    held = kept_rows(received, torch.ones_like(received, dtype=torch.bool), PREFILL, SINKS, kept, recent)
     if arm == 'merged': kbar, vbar, last = merged_rows(k, v, int(params[0]))
     for c0 in range(PREFILL, T, CHUNK):
         c1 = min(c0 + CHUNK, T)
@@ -58,7 +60,7 @@ def head_chunks(q, k, v, scaling, arm:str, params:list[float]) -> torch.Tensor: 
             p = torch.softmax(s, -1)
             out[:, :, c0:c1] = p @ v
         received += p[..., :T].sum((1, 2))
-        held = kept_rows(received, held | ((t >= c0) & (t < c1)), c1, SINKS, KEPT, recent)
+        held = kept_rows(received, held | ((t >= c0) & (t < c1)), c1, SINKS, kept, recent)
     return out
 
 def simulated(evicting:dict, arm:str|None, params:list[float]):
