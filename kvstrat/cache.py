@@ -150,7 +150,6 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
     out, probs, keys = self.read_layer(query, qpos, padding, scaling, softcap, True) # a prefill chunk, say
     return out, probs.masked_fill(~mine[:, None, None], 0.0), keys
 
-
 # %% ../nbs/07_cache.ipynb #ff8e44c4
 @patch
 def view(self:CompressedLayer, queries:int=1, # queries in this step
