@@ -202,12 +202,10 @@ def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries
     if probs is not None:
         _check('probs', probs, torch.float32, (len(probs), M)); _check('observe', observe, torch.bool, (BH,))
     out, out_rot, lse = torch.empty(BH, M, D), None if qr is None else torch.empty(BH, M, D), torch.empty(BH, M)
-    load_kernels().layer_read(q.data_ptr(), None if qr is None else qr.data_ptr(), segments.data_ptr(), len(segments),
-                              qpos.data_ptr(), len(qpos), lut.data_ptr(), out.data_ptr(),
-                              None if out_rot is None else out_rot.data_ptr(), lse.data_ptr(),
-                              None if probs is None else probs.data_ptr(), None if observe is None else observe.data_ptr(),
-                              BH, M, D,
-                              torch.get_num_threads()) # torch's count, whichever OpenMP runtime the library has
+    ptr = lambda x: None if x is None else x.data_ptr()
+    load_kernels().layer_read(q.data_ptr(), ptr(qr), segments.data_ptr(), len(segments), qpos.data_ptr(), len(qpos),
+                              lut.data_ptr(), out.data_ptr(), ptr(out_rot), lse.data_ptr(), ptr(probs), ptr(observe),
+                              BH, M, D, torch.get_num_threads()) # torch's count, whichever OpenMP runtime it has
     return out, out_rot, lse
 
 # %% ../nbs/03_kernels.ipynb #5763c030

@@ -260,7 +260,6 @@ def read(self:TierStore, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     "Dequantised `(k, v)`, each `(N, D)`."
     return (decode_rows(self.k, self.spec, True, self.D, dtype), decode_rows(self.v, self.spec, False, self.D, dtype))
 
-# %% ../nbs/04_store.ipynb #c8da32a1
 @patch
 def tensors(self:TierStore) -> list[torch.Tensor]:
     "Every persistent tensor of the tier."
@@ -514,20 +513,14 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
     "Move the movable tiers' rows (tier 0 first) to their target tiers."
     n_tiers, sizes, arrivals = len(self.tiers), [t.n for t in self.movable()], [[] for _ in self.tiers]
     if self.ordered: # what each head evicted, and the order its rows sank in, imply the deeper rows' positions
-        heads, gone = self.tiers[0].heads(), target == n_tiers
-        sinking = (target > 0) & ~gone
-        if not sinking.any(): # tier-0 rows evicted alone, as in most decode steps: nothing to decode or route
-            self.count_dropped(heads[gone if padding is None else gone & ~padding])
-            if gone.any(): self.tiers[0].select(~gone)
-            return
-        self.count_dropped(heads[gone if padding is None else gone & ~padding], heads[sinking])
+        heads, gone, sinking = self.tiers[0].heads(), target == n_tiers, (target > 0) & (target < n_tiers)
+        sinks = bool(sinking.any())
+        self.count_dropped(heads[gone if padding is None else gone & ~padding], heads[sinking] if sinks else None)
+        if not sinks: return self.tiers[0].select(~gone) # evicted alone, as most decode steps: nothing to route
         self.check_sinking_order(target)
     for i, rows in enumerate(target.split(sizes)):
         leaving = rows != i
         if not leaving.any(): continue
-        if bool((rows[leaving] == n_tiers).all()): # evicted alone: nothing to decode
-            self.tiers[i].select(~leaving)
-            continue
         for j, part in _split_by_dest(rows[leaving], self.leave(i, leaving), n_tiers).items(): arrivals[j].append(part)
     for j, parts in enumerate(arrivals):
         if len(parts) == 1: self.tiers[j].add(*parts[0]) # rows of one tier, still head-major
@@ -536,7 +529,6 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
             order = torch.sort(heads, stable=True).indices
             self.tiers[j].add(heads[order], pos[order], score[order], k[order], v[order])
 
-# %% ../nbs/04_store.ipynb #0b5e0015
 @patch
 @torch.no_grad()
 def evict(self:LayerStore, leaving:torch.Tensor) -> tuple: # (N0,) bool: tier-0 rows -> their (heads, pos, k, v)

@@ -160,7 +160,7 @@ def test_full_matches_dynamic_cache_bitwise():
         b = _generate(model, CompressedCache(model, STRATEGIES['full']()), ids)
         assert torch.equal(torch.stack(a.logits), torch.stack(b.logits)), layout
 
-def _held(cache) -> list: # each compressed layer's positions, tier by tier
+def _positions(cache) -> list: # each compressed layer's positions, tier by tier
     return [[p.tolist() for p in l.store.positions()] for l in cache.layers if isinstance(l, CompressedLayer)]
 
 @pytest.mark.parametrize('name,layout', CASES)
@@ -179,12 +179,12 @@ def test_tiered_read_matches_dense(name, layout):
     tol = 1e-3 if name == 'stratigraphic' else 1e-4
     torch.testing.assert_close(fast, dense, atol=tol, rtol=tol)
     assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
-    assert _held(fast_cache) == _held(dense_cache)
+    assert _positions(fast_cache) == _positions(dense_cache)
     if any(l.observed is not None for l in fast_cache.layers if isinstance(l, CompressedLayer)):
         # some heads' attention alone (`observed_heads`): the kernels read it with the output; torch reads it apart
         with kernels.use_kernels(False): torch_read, torch_cache = run(True)
         torch.testing.assert_close(torch_read, dense, atol=tol, rtol=tol)
-        assert _held(torch_cache) == _held(dense_cache)
+        assert _positions(torch_cache) == _positions(dense_cache)
     if name in ('int8', 'int4', 'kivi'): # in-order strategies keep every head alike: the tiers were read in place
         assert all(l.reads_tiers(None) for l in fast_cache.layers if isinstance(l, CompressedLayer))
 
