@@ -109,7 +109,7 @@ class Strategy:
                   ) -> torch.Tensor|None: return None # (B*H_kv,) rows each head keeps below tier 0 (ordered); None: all
     def head_state(self, layer, derived) -> HeadState|None: return None # memory for tokens some heads evict
     def observed_heads(self, layer_idx:int, derived) -> torch.Tensor|None: # (H_kv,) bool: the heads whose attention
-        return None # `observe` uses in this layer (`Needs.attention`), the others' reads zero; None: every head
+        return None # `observe` uses in this layer (`Needs.attention`); the others' rows observe 0. None: every head
     def adapted(self, model, derived): return nullcontext() # scope of model changes it needs (calibrated adapters)
     def provenance(self, derived) -> str|None: return None # what saved data (calibration, profile) it uses
 
