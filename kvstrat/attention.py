@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from .quant import log_scale_decode, unpack_bits, scale_values
 from .store import EMPTY_SLOT, Encoded, LayerStore, TierSpec, TierStore, decode_rows, rotation
-from .store import group_heads, head_starts, index_in_head, select_rows
+from .store import group_heads, head_starts
 from . import kernels
 
 # %% auto #0
@@ -360,29 +360,20 @@ def tiered_read(query:torch.Tensor, # (B, H_q, q, D)
 def top_tier_attention(query:torch.Tensor, # (B, H_q, q, D)
                        store:LayerStore, qpos:torch.Tensor, # (q,) the query positions
                        scaling:float,
-                       heads:torch.Tensor, # (h,) flattened heads b*H_kv + j whose attention is wanted
+                       heads:torch.Tensor, # (h,) ascending flattened heads b*H_kv + j whose attention is wanted
                        softcap:float|None=None,
                       ) -> torch.Tensor|None: # (B*H_kv, q, T0), zero outside `heads`; None: one holds deeper rows
     "The attention `heads` give their rows, averaged over each KV head's query heads, when they hold tier 0 alone."
     if any(bool(t.counts[heads].any()) for t in store.tiers[1:]): return None
-    t, (B, Hq, q, D), dev = store.tiers[0], query.shape, query.device
-    g, T0 = Hq // store.H, int(t.counts.max())
-    local = torch.full((store.B * store.H,), -1, device=dev)
-    local[heads] = torch.arange(len(heads), device=dev)
-    row_head = local[t.heads()] # (N0,) each row's index in `heads`, -1 for the other heads' rows
-    mine = row_head >= 0
-    head, slot = row_head[mine], index_in_head(t.heads(), t.counts)[mine]
-    keys = torch.zeros(len(heads), T0, D, device=dev) # (h, T0, D) their rows in their slots
-    keys[head, slot] = decode_rows(select_rows(t.k, mine, t.spec, True), t.spec, True, D, torch.float32)
-    never = torch.iinfo(torch.int32).max # an empty slot's position: no query attends it
-    kpos = torch.full((len(heads), T0), never, dtype=torch.int32, device=dev)
-    kpos[head, slot] = t.pos[mine]
-    scores = soft_cap(grouped_queries(query, store.H, scaling)[heads] @ keys.transpose(1, 2), softcap) # (h, g*q, T0)
-    future = (kpos[:, None, :] > qpos[:, None])[:, None] # (h, 1, q, T0)
-    p = scores.view(len(heads), g, q, T0).masked_fill(future, -math.inf).softmax(-1).mean(1) # (h, q, T0)
-    probs = torch.zeros(store.B * store.H, q, T0, device=dev)
-    probs[heads] = p.nan_to_num(0.0) # a head that holds no row observes none
-    return probs
+    t, (B, Hq, q, D) = store.tiers[0], query.shape
+    g, counts, BH = Hq // store.H, t.counts[heads], store.B * store.H
+    qg = grouped_queries(query, store.H, scaling) # (BH, g*q, D)
+    probs = torch.zeros(BH, g * q, int(t.counts.max()), device=query.device) # tier 0's slots
+    for n in counts.unique().tolist(): # heads of equal rows read as one tier of their own, as `tiered_read` reads them
+        if not n: continue # a head that holds nothing observes nothing
+        mine = heads[counts == n]
+        probs[mine, :, :n] = _scores(_rows_of(t, mine, n, 0, n), qg[mine], qpos, g, True, softcap).softmax(-1)
+    return probs.view(BH, g, q, -1).mean(1)
 
 # %% ../nbs/05_attention.ipynb #1e1b3c70
 @functools.lru_cache(maxsize=4)
