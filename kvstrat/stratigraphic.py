@@ -366,7 +366,7 @@ def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds
 def observed_heads(self:Stratigraphic, layer_idx:int, plan:PrecisionPlan) -> torch.Tensor|None: # (H_kv,) bool
     "With `recent` (and no anchors), the attention of the layer's evicting heads alone ranks rows."
     if self.anchors or self.recent is None: return None
-    return plan.tier[layer_idx] == 1 + len(FORMAT_BITS) ** 2 # evicting: no tier
+    return plan.widths[layer_idx, :, 0] == 0 # evicting: no width
 
 @patch
 def dropped(self:Stratigraphic, view:LayerView) -> torch.Tensor: # (N,) bool, for the rows of evicting heads
