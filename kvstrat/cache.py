@@ -86,6 +86,7 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
     out, probs, keys = self.read(query, qpos, padding, scaling, softcap)
     if not self.frozen:
         if q > 1 or seen > self.quiet_until: self.place(probs, keys, q)
+        elif probs is not None: self.observe(self.view(q), probs, keys) # nothing moves, but the attention counts
         if self.state is not None: self.state.fold_due()
     return out
 

@@ -20,10 +20,10 @@ from .importance import keep_top
 
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
-           'layer_costs', 'evicting_attention', 'kept_rows', 'kept_attention', 'eviction_costs', 'Sensitivity',
-           'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity', 'measure_sensitivity',
-           'pooling_differences', 'pool_sensitivities', 'smallest_true', 'bytes_reach', 'knapsack', 'allocate',
-           'calibration_set', 'main']
+           'layer_costs', 'evicting_attention', 'check_drop_group', 'kept_quota', 'kept_rows', 'kept_attention',
+           'eviction_costs', 'Sensitivity', 'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity',
+           'measure_sensitivity', 'pooling_differences', 'pool_sensitivities', 'smallest_true', 'bytes_reach',
+           'knapsack', 'allocate', 'calibration_set', 'main']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -145,23 +145,41 @@ def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H
     return out.transpose(1, 2)
 
 # %% ../nbs/11b_sensitivity.ipynb #e1a90010
+def check_drop_group(drop_group, window:int|None, recent:int|None, # rows an evicting head drops at once, with these
+                     name:str='drop_group'): # as the error names it
+    "A clear error unless `drop_group` is 1, or, with `recent`, at most what leaves the newest `recent` kept."
+    most = 1 if recent is None or window is None else window - recent + 1
+    if isinstance(drop_group, int) and not isinstance(drop_group, bool) and 1 <= drop_group <= most: return
+    reach = 'needs recent' if recent is None or window is None else f'is 1 to window - recent + 1 ({most})'
+    raise ValueError(f"{name} (rows an evicting head drops at once) must be 1, or with recent a count that keeps the "
+                     f"newest recent: here it {reach}; got {drop_group!r}")
+
+def kept_quota(held:torch.Tensor, # (heads,) rows each evicting head holds, its sinks among them
+               sinks:int, window:int, drop_group:int=1) -> torch.Tensor: # (heads,) rows each keeps
+    ("Rows each head keeps: all it holds, up to `sinks + window`; past that, `drop_group - 1` fewer, so it drops "
+     "`drop_group` rows at once and its next drop is `drop_group` tokens away.")
+    return torch.where(held > sinks + window, sinks + window - drop_group + 1, held)
+
 def kept_rows(received:torch.Tensor, # (B, T) attention each row received while held (H2O's sum)
               held:torch.Tensor, # (B, T) bool: rows held before this update, with the newest chunk's
-              end:int, sinks:int, window:int, recent:int) -> torch.Tensor: # (B, T) bool
-    ("What a head keeps after position `end`: its sinks, its newest `recent`, then of the rest held the most attended "
-     "(`keep_top`, the rule the cache drops by).")
+              end:int, sinks:int, window:int, recent:int, drop_group:int=1) -> torch.Tensor: # (B, T) bool
+    ("What a head keeps after position `end`: its sinks, its newest `recent`, then of the rest held the most attended, "
+     "`kept_quota` rows in all (`keep_top`, the rule the cache drops by).")
     t = torch.arange(held.shape[-1], device=held.device)
     protected = ((t < sinks) | (t >= end - recent)) & (t < end) # (T,)
     b, pos = (held & (t < end)).nonzero(as_tuple=True) # the rows held, as the cache lists them
-    keep = keep_top(received[b, pos], b, torch.full((len(held),), sinks + window, device=held.device), protected[pos])
+    quota = kept_quota(torch.bincount(b, minlength=len(held)), sinks, window, drop_group)
+    keep = keep_top(received[b, pos], b, quota, protected[pos])
     return torch.zeros_like(held).index_put_((b[keep], pos[keep]), torch.tensor(True, device=held.device))
+
 
 # %% ../nbs/11b_sensitivity.ipynb #e1a90011
 def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv, T, D) ×2
                    evicts:list[tuple[slice, int]], # (batch rows, KV head) that evict
                    sinks:int, window:int, recent:int, # each keeps its sinks and `window` rows, `recent` the newest
                    prefill:int, # tokens read exactly, as one chunk, before the first eviction
-                   chunk:int=16) -> torch.Tensor: # (B, T, H_q, D)
+                   chunk:int=16, # tokens written at once, as protocol P writes them
+                   drop_group:int=1) -> torch.Tensor: # (B, T, H_q, D) rows dropped at once (`kept_quota`)
     ("Causal attention where each listed KV head, on its rows, keeps what `kept_rows` keeps after the prefill and "
      "after each `chunk`, by the attention its queries gave each row since it arrived: one way, chunked as protocol "
      "P writes the cache.")
@@ -172,14 +190,14 @@ def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv,
         q, k, v = query[rows, h * g:(h + 1) * g].float(), key[rows, h, None].float(), value[rows, h, None].float()
         scores = (q @ k.transpose(-1, -2)) * scaling # (b, g, T, T)
         received = torch.softmax(scores.masked_fill(t > t[:, None], -math.inf), -1)[:, :, :prefill].sum((1, 2))
-        held = kept_rows(received, (t < prefill).expand_as(received), prefill, sinks, window, recent) # (b, T)
+        held = kept_rows(received, (t < prefill).expand_as(received), prefill, sinks, window, recent, drop_group)
         for c0 in range(prefill, T, chunk):
             new = (t >= c0) & (t < c0 + chunk)
             visible = (held[:, None, None] | new) & (t <= t[c0:c0 + chunk, None]) # (b, 1, n, T)
             p = torch.softmax(scores[:, :, c0:c0 + chunk].masked_fill(~visible, -math.inf), -1)
             out[rows, c0:c0 + chunk, h * g:(h + 1) * g] = (p @ v).transpose(1, 2).to(out.dtype)
             received = received + p.sum((1, 2))
-            held = kept_rows(received, held | new, min(c0 + chunk, T), sinks, window, recent)
+            held = kept_rows(received, held | new, min(c0 + chunk, T), sinks, window, recent, drop_group)
     return out
 
 # %% ../nbs/11b_sensitivity.ipynb #d45e87bc
@@ -187,7 +205,8 @@ def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv,
 def eviction_costs(model, windows:torch.Tensor, # (W, T) calibration ids
                    layer_idx:int, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
                    window:int, sinks:int=4,
-                   recent:int|None=None) -> torch.Tensor: # (H_kv,) with `recent`: of its window, the newest
+                   recent:int|None=None, # of its window, the newest; the rest the most attended
+                   drop_group:int=1) -> torch.Tensor: # (H_kv,) with `recent`: rows dropped at once
     ("KL each KV head of one layer costs alone when it keeps only its first `sinks` and `window` tokens: the newest, "
      "or with `recent` the newest `recent` and the most attended (`kept_attention`).")
     H, W = ModelSpec.of(model).n_kv_heads, windows.shape[0]
@@ -195,7 +214,8 @@ def eviction_costs(model, windows:torch.Tensor, # (W, T) calibration ids
     def attend(i, q, k, v, scaling):
         if i != layer_idx: return causal_attention(q, k, v, scaling)
         if recent is None: return evicting_attention(q, k, v, scaling, evicts, sinks, window)
-        return kept_attention(q, k, v, scaling, evicts, sinks, window, recent, windows.shape[1] - exact_logp.shape[1])
+        return kept_attention(q, k, v, scaling, evicts, sinks, window, recent, windows.shape[1] - exact_logp.shape[1],
+                              drop_group=drop_group)
     with attention_override(model, attend), batch_repeated(model, layer_idx, H):
         logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
     return _kl(exact_logp, logits)
@@ -213,11 +233,12 @@ class Sensitivity:
     window: int|None = None # the newest tokens an evicting head keeps, where `evict` was measured
     residual: int|None = None # newest tokens each query read at fp16 while `cost` was measured; None: the sinks alone
     recent: int|None = None # of its window, the newest an evicting head kept, the rest the most attended; None: all
+    drop_group: int = 1 # with `recent`: the rows an evicting head dropped at once (`kept_quota`)
 
     def save(self, path):
         d = dict(cost=self.cost.tolist(), bits=list(self.bits), family=asdict(self.family), shape=self.shape,
                  source=self.source, window=self.window, evict=None if self.evict is None else self.evict.tolist(),
-                 residual=self.residual, recent=self.recent)
+                 residual=self.residual, recent=self.recent, drop_group=self.drop_group)
         Path(path).write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
@@ -241,6 +262,7 @@ def _check_calibration(s:Sensitivity) -> Sensitivity:
             raise ValueError(f"{name} must be a token count >= {least} or null, got {n!r}")
     if s.recent is not None and not (isinstance(s.recent, int) and s.window is not None and 0 <= s.recent <= s.window):
         raise ValueError(f"recent must be a token count from 0 to window ({s.window}) or null, got {s.recent!r}")
+    check_drop_group(s.drop_group, s.window, s.recent)
     return s
 
 def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
@@ -249,7 +271,7 @@ def load_sensitivity(path, spec:ModelSpec|None=None) -> Sensitivity:
         torch.tensor(d['cost'], dtype=torch.float32), tuple(d['bits']), FormatFamily(**d['family']),
         tuple(d['shape']) if isinstance(d['shape'], list) else d['shape'], d.get('source', ''),
         None if d.get('evict') is None else torch.tensor(d['evict'], dtype=torch.float32), d.get('window'),
-        d.get('residual'), d.get('recent')))
+        d.get('residual'), d.get('recent'), d.get('drop_group', 1)))
     s = read_json(path, 'calibration', ('cost', 'bits', 'family', 'shape'), make)
     if spec is not None and s.shape != model_shape(spec):
         raise ValueError(f"calibration {path} was measured on a model of shape {s.shape} (type, layers, KV heads, "
@@ -269,12 +291,14 @@ def shipped_calibrations(shape:tuple, # `model_shape` of a model: (type, layers,
 def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_shape`, and the formats it is stored in
                         window:int|None, # the eviction window the plan prices
                         residual:int|None, # the newest rows its tier 0 keeps
-                        recent:int|None=None) -> Path|None: # of an evicting head's window, the newest it keeps
+                        recent:int|None=None, # of an evicting head's window, the newest it keeps
+                        drop_group:int=1) -> Path|None: # with `recent`, the rows it drops at once
     ("The calibration shipped for `shape` in `family`'s formats, measured as the plan prices first: eviction beyond "
-     "`window` keeping `recent` newest, then widths with `residual` rows unquantised; among equals, the first in name "
-     "order.")
+     "`window` keeping `recent` newest, dropping `drop_group` at once, then widths with `residual` rows unquantised; "
+     "among equals, the first in name order.")
     found = [(p, s) for p in shipped_calibrations(shape) if (s := load_sensitivity(p)).family == family]
-    unlike = lambda s: (s.window != window, s.recent != recent, s.residual != residual) # False sorts first
+    unlike = lambda s: (s.window != window, s.recent != recent, s.drop_group != drop_group,
+                        s.residual != residual) # False sorts first
     return min(found, key=lambda f: unlike(f[1]))[0] if found else None
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000017
@@ -285,10 +309,12 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
                         residual:int|None=None, # newest tokens read at fp16, as the cache holds them; None: none
                         window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
                         recent:int|None=None, # of them, the newest; the rest the most attended (None: all newest)
+                        drop_group:int=1, # with `recent`: rows an evicting head drops at once (`kept_quota`)
                         evict_windows:torch.Tensor|None=None, # (W', T') ids eviction is measured on (None: `windows`)
                         widths:Sensitivity|None=None, # width costs measured before on these windows: kept as they are
                         source:str='', progress=None) -> Sensitivity: # progress(layer_idx, n_layers) after each
     "Each (layer, KV head)'s keys and values at each width, and each head evicting: the KL it alone adds."
+    check_drop_group(drop_group, window, recent)
     spec, device = ModelSpec.of(model), next(model.parameters()).device
     exact_on = lambda w, n: F.log_softmax(model(w, use_cache=False, logits_to_keep=n).logits.float(), -1)
     windows = windows.to(device)
@@ -301,18 +327,19 @@ def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, d
     costs, evict = [], []
     for i in range(spec.n_layers):
         if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks, exact=held))
-        if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks, recent))
+        if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks, recent,
+                                                  drop_group))
         if progress: progress(i, spec.n_layers)
     cost, residual = (widths.cost, widths.residual) if widths is not None else (torch.stack(costs), residual)
     return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
-                       torch.stack(evict) if evict else None, window, residual, recent if evict else None)
+                       torch.stack(evict) if evict else None, window, residual, recent if evict else None, drop_group)
 
 # %% ../nbs/11b_sensitivity.ipynb #5e0c0a02
 def pooling_differences(s:Sensitivity, first:Sensitivity,
                         model:bool=True, # compare the models measured too: their shapes and the costs'
                        ) -> list[str]:
     "What `s` was measured with that differs from `first`, of all that calibrations to be pooled must share."
-    how = ('bits', 'family', 'window', 'recent', 'residual') + (('shape',) if model else ())
+    how = ('bits', 'family', 'window', 'recent', 'drop_group', 'residual') + (('shape',) if model else ())
     shapes = lambda x: (tuple(x.cost.shape), None if x.evict is None else tuple(x.evict.shape))
     return [k for k in how if getattr(s, k) != getattr(first, k)] + (
         ['evict'] if (s.evict is None) != (first.evict is None) else []) + (
@@ -444,6 +471,7 @@ def _check_options(o):
     if o.recent is not None and not (_measures_eviction(o) and 0 <= o.recent <= o.window):
         raise ValueError(f"--recent {o.recent}: the newest of the --window tokens an evicting head keeps, so from 0 to "
                          f"--window ({o.window}), with eviction measured")
+    check_drop_group(o.drop_group, o.window, o.recent, '--drop-group')
     lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if _measures_eviction(o) else [])
     for name, n in lengths:
         if not o.repeat < n // 2:
@@ -462,15 +490,15 @@ def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, # what this run 
     "`s`, read from `--pool-with path`, if it was measured as this run measures (`measured`); else a clear error."
     if differs := pooling_differences(s, measured, model):
         raise ValueError(f"--pool-with {path} was measured with a different {', '.join(differs)} than this run: "
-                         "pool calibrations measured alike (the same --group, --rotate, --window, --recent and "
-                         "--residual, on the same model)")
+                         "pool calibrations measured alike (the same --group, --rotate, --window, --recent, "
+                         "--drop-group and --residual, on the same model)")
     return s
 
-def _shipped_part(shape:tuple, family:FormatFamily, window:int|None, residual:int|None, recent:int|None=None) -> str:
+def _shipped_part(m:Sensitivity) -> str: # what this run measures, on a model of its shape
     "`--pool-with auto`: the calibration shipped for this model shape in these formats (this window, these rows)."
-    if p := shipped_sensitivity(shape, family, window, residual, recent): return str(p)
-    raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {shape} (type, layers, KV heads, "
-                     f"head_dim) in these formats ({family}): pool with a file")
+    if p := shipped_sensitivity(m.shape, m.family, m.window, m.residual, m.recent, m.drop_group): return str(p)
+    raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {m.shape} (type, layers, KV "
+                     f"heads, head_dim) in these formats ({m.family}): pool with a file")
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000024
 def main(argv=None) -> int:
@@ -491,6 +519,9 @@ def main(argv=None) -> int:
     p.add_argument('--recent', type=int,
                    help="of the --window, the newest tokens an evicting head keeps; the rest are the rows it attended "
                    "most (stratigraphic:recent; default: all the newest)")
+    p.add_argument('--drop-group', type=int, default=1,
+                   help="with --recent, the rows an evicting head drops at once when it holds more than --window "
+                   "(stratigraphic:drop_group)")
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',
@@ -518,7 +549,7 @@ def main(argv=None) -> int:
         evicts = _measures_eviction(o)
         measured = Sensitivity(torch.zeros(0), FORMAT_BITS, family, evict=torch.zeros(0) if evicts else None,
                                window=o.window if evicts else None, residual=o.residual,
-                               recent=o.recent if evicts else None) # what this run measures
+                               recent=o.recent if evicts else None, drop_group=o.drop_group) # what this run measures
         for path, _ in o.pool_with: # each file checked before the model loads; 'auto' needs the model's shape
             if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, model=False)
         model, tok = load_model(o.model, o.device)
@@ -527,9 +558,7 @@ def main(argv=None) -> int:
         shape = model_shape(ModelSpec.of(model))
         zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
         measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
-        parts = [(_shipped_part(shape, family, measured.window, measured.residual, measured.recent) if f == 'auto'
-                  else f, n)
-                 for f, n in o.pool_with]
+        parts = [(_shipped_part(measured) if f == 'auto' else f, n) for f, n in o.pool_with]
         pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n) for path, n in parts]
         if kept is not None and kept.shape != shape:
             raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
@@ -550,13 +579,16 @@ def main(argv=None) -> int:
               "--windows, --length, --repeat and --residual", file=sys.stderr)
         return 2
     if evicts: source += (f"; eviction beyond {o.window} tokens" + (f", the newest {o.recent} of them and the most "
-                          "attended, chunked as protocol P" if o.recent is not None else '') + f", on {o.windows} such "
+                          "attended, chunked as protocol P" if o.recent is not None else '')
+                          + (f", dropping {o.drop_group} rows at once" if o.drop_group > 1 else '')
+                          + f", on {o.windows} such "
                           f"windows of {o.evict_length} tokens per text, KL over the last {o.evict_length // 2}")
     s = measure_sensitivity(model, windows, family, window=o.window if evicts else None, recent=o.recent,
+                            drop_group=o.drop_group,
                             evict_windows=evict_windows, widths=kept if o.only_eviction else None,
                             residual=o.residual, source=source, progress=report)
     if o.only_widths: # the eviction costs kept, and what they were measured on
-        s.evict, s.window, s.recent = kept.evict, kept.window, kept.recent
+        s.evict, s.window, s.recent, s.drop_group = kept.evict, kept.window, kept.recent, kept.drop_group
         s.source += '; eviction' + kept.source.partition('; eviction')[2]
     if pool: s = pool_sensitivities([(s, o.windows * len(o.texts)), *pool]) # eviction too: on as many windows
     s.save(o.out)

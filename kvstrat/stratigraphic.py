@@ -118,6 +118,8 @@ class Stratigraphic(Strategy):
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
     recent: int|None = None # of an evicting head's window, the newest tokens; the rest are the rows it attended most
                             # (H2O's sum), dropped one way; None: the newest `window` (needs quantised_window=false)
+    drop_group: int = 1 # with `recent`: past its window, an evicting head drops this many rows at once, so its layer
+                        # plans once in `drop_group` decode steps (`kept_quota`)
 
     def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
         # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, a
@@ -169,7 +171,8 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
             s = uniform_sensitivity(spec, self.family, self.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
-        path = (shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual, self.recent)
+        path = (shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual, self.recent,
+                                    self.drop_group)
                 or found[0]) # none in its formats: refused below
         s = load_sensitivity(path, spec)
     name = self.calibration if self.calibration != 'auto' else f'auto ({path.name})'
@@ -182,11 +185,14 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
         raise ValueError(f"stratigraphic: calibration {name} measured eviction {measured}: use "
                          f"window={s.window if s.evict is not None else 'none'}, or measure it with "
                          f"`kvstrat-calibrate --only-eviction --window {self.window}`")
-    if self.window is not None and s.recent != self.recent:
-        kept = lambda r: 'its newest' if r is None else f'its newest {r} and the most attended'
-        raise ValueError(f"stratigraphic: calibration {name} measured eviction keeping {kept(s.recent)} of the window, "
-                         f"but this plan keeps {kept(self.recent)}: measure it with `kvstrat-calibrate --only-eviction "
-                         f"--window {self.window}" + (f" --recent {self.recent}`" if self.recent is not None else '`'))
+    if self.window is not None and (s.recent, s.drop_group) != (self.recent, self.drop_group):
+        kept = lambda r, g: ('its newest' if r is None else f'its newest {r} and the most attended'
+                             + (f', dropping {g} rows at once' if g > 1 else ''))
+        raise ValueError(f"stratigraphic: calibration {name} measured eviction keeping {kept(s.recent, s.drop_group)} "
+                         f"of the window, but this plan keeps {kept(self.recent, self.drop_group)}: measure it with "
+                         f"`kvstrat-calibrate --only-eviction --window {self.window}"
+                         + (f" --recent {self.recent}" if self.recent is not None else '')
+                         + (f" --drop-group {self.drop_group}" if self.drop_group > 1 else '') + '`')
     if s.residual != self.residual: # the knapsack would price tokens the cache keeps at fp16 as quantised, or back
         read = 'the sinks alone' if s.residual is None else f'each query\'s {s.residual} newest tokens'
         warnings.warn(f"stratigraphic: calibration {name} measured the widths with {read} at fp16, but this "
@@ -318,6 +324,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         raise ValueError(f"stratigraphic recent={self.recent} keeps the newest of an evicting head's window and ranks "
                          f"the rest, all in tier 0: it needs quantised_window=false and 0 <= recent <= window "
                          f"({self.window})")
+    check_drop_group(self.drop_group, self.window, self.recent, 'stratigraphic drop_group')
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
     held, _ = self.top_held(D)
@@ -371,19 +378,25 @@ def observed_heads(self:Stratigraphic, layer_idx:int, plan:PrecisionPlan) -> tor
 @patch
 def dropped(self:Stratigraphic, view:LayerView) -> torch.Tensor: # (N,) bool, for the rows of evicting heads
     ("The rows an evicting head drops: all but its sinks and newest `window`; with `recent`, all but its sinks, newest "
-     "`recent` and the `window - recent` most attended (H2O's sum, as `kept_rows` measures it).")
+     "`recent` and the most attended, `kept_quota` rows in all (H2O's sum, as `kept_rows` measures it).")
     if self.recent is None: return sinking_rows(view, self.window, self.sinks, None)
     protected = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, self.recent)
-    quota = torch.full((view.batch * view.n_kv_heads,), self.sinks + self.window, device=view.head.device) # all kept
+    held = torch.bincount(view.head, minlength=view.batch * view.n_kv_heads) # (B*H_kv,) its tier 0: all it holds
+    quota = kept_quota(held, self.sinks, self.window, self.drop_group)
     return ~keep_top(h2o_scores(view.score, view.pos, view.seen), view.head, quota, protected)
 
 @patch
 def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
     if self.anchors: return 0 # every step's attention counts towards which rows stay
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
-    if self.window is not None and bool((tier == view.evicted).any()): return 0 # evicting heads drop a row a step
-    return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
-                         rows=tier > 0) # a head planned at fp16 never sinks
+    evicting, sinking = tier == view.evicted, (tier > 0) & (tier < view.evicted) # a head planned at fp16 never sinks
+    quiet = NEVER_MOVES if not bool(sinking.any()) else quiet_sinking(
+        view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None, rows=sinking)
+    if self.window is None or not bool(evicting.any()): return quiet
+    if self.recent is None: return 0 # evicting heads drop a row a step
+    held = torch.bincount(view.head[evicting & (target == 0)], minlength=view.batch * view.n_kv_heads)
+    mine = torch.bincount(view.head[evicting], minlength=len(held)) > 0 # (B*H_kv,) the evicting heads
+    return min(quiet, int((self.sinks + self.window - held[mine]).min())) # each drops once it holds more
 
 @patch
 def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch.Tensor|None:

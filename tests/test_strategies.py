@@ -43,7 +43,9 @@ VARIANTS = {'zoned-bedrock': 'zoned:ratio=2,residual=4,group=16,profile=none,bed
             'stratigraphic-top8': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=8',
             'stratigraphic-top4': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=4',
             'stratigraphic-recent': ('stratigraphic:ratio=2.5,residual=8,sinks=2,group=8,length=96,window=8,recent=4,'
-                                     'quantised_window=false')}
+                                     'quantised_window=false'),
+            'stratigraphic-grouped': ('stratigraphic:ratio=2.5,residual=8,sinks=2,group=8,length=96,window=8,recent=4,'
+                                      'quantised_window=false,drop_group=3')}
 ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with one KV head (their documented error)
 CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
@@ -212,10 +214,12 @@ def test_quiet_steps_hold(name, layout):
                     if target is not None and l.needs.one_way: target = torch.maximum(target, view.tier)
                     assert target is None or torch.equal(target, view.tier), f"step {i}, layer {l.layer_idx}"
                     checked += 1
-        return torch.cat(logits, 1), cache.nbytes(), checked
-    (quiet, quiet_bytes, checked), (eager, eager_bytes, _) = run(True), run(False)
+        scores = [t.score for l in layers() if l.needs.scores for t in l.store.movable()] # what observing kept
+        return torch.cat(logits, 1), cache.nbytes(), checked, _positions(cache), scores
+    (quiet, quiet_bytes, checked, held, scores), (eager, eager_bytes, _, eager_held, eager_scores) = run(True), run(False)
     torch.testing.assert_close(quiet, eager, atol=1e-5, rtol=1e-5)
-    assert quiet_bytes == eager_bytes
+    assert quiet_bytes == eager_bytes and held == eager_held
+    torch.testing.assert_close(scores, eager_scores, atol=1e-5, rtol=1e-5) # quiet steps observed as eager ones did
     if type(strategy).quiet_steps is not Strategy.quiet_steps: # it claims quiet steps: some were taken
         assert checked > 0
 

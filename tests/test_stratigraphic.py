@@ -71,15 +71,20 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
 
 @settings(max_examples=examples(8), deadline=None)
 @given(frac=st.floats(0, 1), window=st.integers(2, 24), sinks=st.integers(0, 4),
-       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), recent=st.one_of(st.none(), st.integers(0, 24)))
-@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0, recent=None) # the top of the range: every head evicts
-@example(frac=1.0, window=12, sinks=2, chunk=5, seed=0, recent=4) # every head keeps 8 rows by attention
-@example(frac=1.0, window=12, sinks=2, chunk=16, seed=0, recent=0) # ... and all 12
-def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window, sinks, chunk, seed, recent):
+       chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), recent=st.one_of(st.none(), st.integers(0, 24)),
+       drop_group=st.integers(1, 8))
+@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0, recent=None, drop_group=1) # the top of the range: every head evicts
+@example(frac=1.0, window=12, sinks=2, chunk=5, seed=0, recent=4, drop_group=1) # every head keeps 8 rows by attention
+@example(frac=1.0, window=12, sinks=2, chunk=16, seed=0, recent=0, drop_group=1) # ... and all 12
+@example(frac=1.0, window=12, sinks=2, chunk=5, seed=0, recent=4, drop_group=6) # drops 6 at once: holds 7 to 12
+def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window, sinks, chunk, seed, recent,
+                                                                    drop_group):
     T = 160
     recent = None if recent is None else min(recent, window) # with `recent`, the rest of the window by attention
+    drop_group = 1 if recent is None else min(drop_group, window - recent + 1) # the newest `recent` always stay
     s = Stratigraphic(residual=8, sinks=sinks, group=8, length=T, window=window, calibration='uniform',
-                      quantised_window=False, recent=recent) # windows at fp16: the quantised ones are the next test's
+                      quantised_window=False, recent=recent, drop_group=drop_group) # windows at fp16: the quantised
+                                                                                    # ones are the next test's
     _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
     s.ratio = ratio = lo + frac * (hi - lo) # anywhere in reach, evicting every head at the top
@@ -94,8 +99,10 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
             mine = sorted(p for (l2, h2, p) in history[-1] if (l2, h2) == (l, h))
             if not evicts[l, h % layer.store.H]: assert mine == list(range(T)), (l, h) # it keeps every token
             elif recent is None: assert mine == [*range(sinks), *range(T - window, T)], (l, h, mine)
-            else: # its sinks, its newest `recent`, and as many more of the older rows as its window holds
-                assert len(mine) == sinks + window and set(range(sinks)) | set(range(T - recent, T)) <= set(mine)
+            else: # its sinks, its newest `recent`, and more of the older rows, as many as its window holds or, just
+                # after a drop of `drop_group`, `drop_group - 1` fewer
+                assert sinks + window - drop_group + 1 <= len(mine) <= sinks + window, (l, h, len(mine))
+                assert set(range(sinks)) | set(range(T - recent, T)) <= set(mine)
     assert all(p >= sinks for _, _, p in gone) # sinks are never evicted
     assert cache.fp16_nbytes() / cache.nbytes() >= ratio
 
