@@ -179,7 +179,7 @@ def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv,
                    sinks:int, window:int, recent:int, # each keeps its sinks and `window` rows, `recent` the newest
                    prefill:int, # tokens read exactly, as one chunk, before the first eviction
                    chunk:int=16, # tokens written at once, as protocol P writes them
-                   drop_group:int=1) -> torch.Tensor: # (B, T, H_q, D) rows dropped at once (`kept_quota`)
+                   drop_group:int=1) -> torch.Tensor: # rows dropped at once (`kept_quota`); (B, T, H_q, D)
     ("Causal attention where each listed KV head, on its rows, keeps what `kept_rows` keeps after the prefill and "
      "after each `chunk`, by the attention its queries gave each row since it arrived: one way, chunked as protocol "
      "P writes the cache.")
@@ -206,7 +206,7 @@ def eviction_costs(model, windows:torch.Tensor, # (W, T) calibration ids
                    layer_idx:int, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
                    window:int, sinks:int=4,
                    recent:int|None=None, # of its window, the newest; the rest the most attended
-                   drop_group:int=1) -> torch.Tensor: # (H_kv,) with `recent`: rows dropped at once
+                   drop_group:int=1) -> torch.Tensor: # with `recent`, rows dropped at once; (H_kv,)
     ("KL each KV head of one layer costs alone when it keeps only its first `sinks` and `window` tokens: the newest, "
      "or with `recent` the newest `recent` and the most attended (`kept_attention`).")
     H, W = ModelSpec.of(model).n_kv_heads, windows.shape[0]

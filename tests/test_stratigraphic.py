@@ -73,7 +73,7 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
 @given(frac=st.floats(0, 1), window=st.integers(2, 24), sinks=st.integers(0, 4),
        chunk=st.sampled_from([5, 16]), seed=st.integers(0, 1000), recent=st.one_of(st.none(), st.integers(0, 24)),
        drop_group=st.integers(1, 8))
-@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0, recent=None, drop_group=1) # the top of the range: every head evicts
+@example(frac=1.0, window=2, sinks=0, chunk=5, seed=0, recent=None, drop_group=1) # the top: every head evicts
 @example(frac=1.0, window=12, sinks=2, chunk=5, seed=0, recent=4, drop_group=1) # every head keeps 8 rows by attention
 @example(frac=1.0, window=12, sinks=2, chunk=16, seed=0, recent=0, drop_group=1) # ... and all 12
 @example(frac=1.0, window=12, sinks=2, chunk=5, seed=0, recent=4, drop_group=6) # drops 6 at once: holds 7 to 12
