@@ -1,7 +1,7 @@
 """Which windows of an N-window protocol-P run no earlier choice has read: for rules fixed before their run.
 
-A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16-, 20-, 24-, 32-, 40-, 48- or
-56-window runs every earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any
+A window counts as read if it shares a token with a window of the 1-, 2-, 4-, 8-, 16-, 20-, 24-, 32-, 40-, 44-, 48-
+or 56-window runs every earlier result used, with one of the 8-window runs of 4,096 tokens (`strat-4k-8w-*`), with any
 shipped calibration window (precision's and the streaming heads'), from the 56-window run on, with the 16 calibration
 windows of 1,024 tokens per text that `eviction_sim.py` read before it, or, on WikiText-2, with a 4,096-token window
 `long_context_text.py` writes now or wrote before. Prints each text's unread window indices; with OUT=, it also
@@ -18,7 +18,7 @@ from kvstrat.core import eval_windows, load_model, load_text, tokenize
 from kvstrat.calibration import calibration_windows
 from long_context_text import calibration_taken, long_windows
 
-EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40, 48, 56) # the --windows of every protocol-P run of 1,024 tokens before
+EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40, 44, 48, 56) # the --windows of every protocol-P run of 1,024 tokens before
 READ_WITH = {56: ((16, 1024),)} # `eviction_sim.py`'s calibration windows, read before the 56-window run
 EARLIER_LONG_COUNTS = (8,) # ... and of 4,096 tokens, on both texts (`--prefill 3584 --score 512`)
 OLD_LONG_STARTS = (2048, 96024, 200522, 295198) # the 4k windows long_context_text.py wrote before 2026-12-02
