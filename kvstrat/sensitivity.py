@@ -445,11 +445,12 @@ def _pool_part(s:str) -> tuple[str, int]:
     return path, int(n)
 
 def _resolve_plan_rows(o):
-    "`--window` and `--residual` as given, else as `stratigraphic:ratio=R` (`--ratio`) keeps its rows."
+    "`--window`, `--residual`, `--recent` and `--drop-group` as given, else as `stratigraphic:ratio=R` keeps its rows."
     from kvstrat.stratigraphic import Stratigraphic # it builds on this module: imported when the command runs
     if not o.ratio >= 1: raise ValueError(f"--ratio must be >= 1 (the plan's compression), got {o.ratio}")
-    plan = Stratigraphic(ratio=o.ratio) # its defaults by ratio, where they are decided
-    o.window, o.residual = getattr(o, 'window', plan.window), getattr(o, 'residual', plan.residual)
+    given = {k: getattr(o, k) for k in ('window', 'recent', 'drop_group') if hasattr(o, k)}
+    plan = Stratigraphic(ratio=o.ratio, **given) # the rest as the plan at R takes them, beside what is given
+    for k in ('window', 'residual', 'recent', 'drop_group'): setattr(o, k, getattr(o, k, getattr(plan, k))) # by ratio
 
 def _measures_eviction(o) -> bool: return o.window is not None and not o.only_widths # --window none: no eviction
 
@@ -511,17 +512,16 @@ def main(argv=None) -> int:
     p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
     p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
                    help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
-    p.add_argument('--ratio', type=float, default=4.0,
-                   help="the stratigraphic ratio the calibration is for: --window and --residual default to the "
-                   "window and residual rows stratigraphic:ratio=R keeps")
+    p.add_argument('--ratio', type=float, default=4.0, help="the stratigraphic ratio the calibration is for: --window, "
+                   "--recent, --drop-group and --residual default to the rows stratigraphic:ratio=R keeps")
     p.add_argument('--window', type=_count_or_none, default=argparse.SUPPRESS,
                    help="newest tokens an evicting head keeps; 'none': measure no eviction (default: by --ratio)")
-    p.add_argument('--recent', type=int,
+    p.add_argument('--recent', type=_count_or_none, default=argparse.SUPPRESS,
                    help="of the --window, the newest tokens an evicting head keeps; the rest are the rows it attended "
-                   "most (stratigraphic:recent; default: all the newest)")
-    p.add_argument('--drop-group', type=int, default=1,
+                   "most (stratigraphic:recent); 'none': all the newest (default: by --ratio)")
+    p.add_argument('--drop-group', type=int, default=argparse.SUPPRESS,
                    help="with --recent, the rows an evicting head drops at once when it holds more than --window "
-                   "(stratigraphic:drop_group)")
+                   "(stratigraphic:drop_group; default: by --ratio)")
     p.add_argument('--evict-length', type=int, default=1024,
                    help='tokens per window eviction is measured on: its cost grows with what lies past the window')
     p.add_argument('--only-eviction', action='store_true',

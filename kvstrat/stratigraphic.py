@@ -27,13 +27,13 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['TOP8_FROM', 'WINDOW128_FROM', 'RESIDUAL4_FROM', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity',
-           'entropy_sensitivity', 'Stratigraphic', 'layer_budgets', 'plan_part', 'load_model', 'load_text', 'tokenize',
-           'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec', 'CompressedCache', 'prefill_cache',
-           'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView', 'TierSpec', 'register', 'decode_ppl',
-           'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV',
-           'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity',
-           'measure_sensitivity', 'load_sensitivity', 'allocate']
+__all__ = ['TOP8_FROM', 'WINDOW128_FROM', 'RESIDUAL4_FROM', 'RANKED_FROM', 'RANKED_RECENT', 'RANKED_DROP', 'PrecisionPlan',
+           'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets',
+           'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
+           'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
+           'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
+           'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
+           'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -90,6 +90,8 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
 TOP8_FROM = 5.0 # the ratio from which tier 0 defaults to 8 bits, without plain eviction (research diary, 2026-12-04)
 WINDOW128_FROM = 6.0 # the ratio from which an evicting head keeps its newest 128 tokens, not 64 (diary, 2026-12-06)
 RESIDUAL4_FROM = 8.0 # the ratio from which tier 0 keeps 4 residual rows, not 12 (diary, 2026-12-06)
+RANKED_FROM = 6.0 # from this ratio to `RESIDUAL4_FROM`, an evicting head keeps its window in tier 0, with its newest
+RANKED_RECENT, RANKED_DROP = 96, 16 # rows and the most attended, dropping 16 at once past 143 (diary, 2026-12-07)
 
 @register
 @dataclass
@@ -113,18 +115,25 @@ class Stratigraphic(Strategy):
     rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
     anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended but its newest stay in
                      # tier 0 for good
-    quantised_window: bool = field(default=True, metadata={'before': False}) # evicting heads may quantise their window
+    quantised_window: bool|None = field(default=None, metadata={'before': False}) # evicting heads may quantise their
+                                                                                   # window; None: by `ratio`
     top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16, 8 or 4 bits; None: by `ratio`
     plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
-    recent: int|None = None # of an evicting head's window, the newest tokens; the rest are the rows it attended most
-                            # (H2O's sum), dropped one way; None: the newest `window` (needs quantised_window=false)
-    drop_group: int = 1 # with `recent`: past its window, an evicting head drops this many rows at once, so its layer
-                        # plans once in `drop_group` decode steps (`kept_quota`)
+    recent: int|None = field(default=-1, metadata={'before': None}) # of an evicting head's window, the newest tokens;
+        # the rest are the rows it attended most (H2O's sum), dropped one way (needs quantised_window=false); None: the
+        # newest `window`; -1: by `ratio`
+    drop_group: int = field(default=0, metadata={'before': 1}) # with `recent`: past its window, an evicting head drops
+        # this many rows at once, so its layer plans once in `drop_group` decode steps (`kept_quota`); 0: by `ratio`
 
     def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
-        # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, a
-        # 128-token window from `WINDOW128_FROM` up, 4 residual rows from `RESIDUAL4_FROM` up)
-        if self.window == 0: self.window = 128 if self.ratio >= WINDOW128_FROM else 64
+        # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, 128
+        # rows kept past the sinks from `WINDOW128_FROM` up, ranked in tier 0 from `RANKED_FROM` to `RESIDUAL4_FROM`, 4
+        # residual rows from `RESIDUAL4_FROM` up). A window given is a plain one, quantised as at other ratios.
+        ranked = RANKED_FROM <= self.ratio < RESIDUAL4_FROM and self.window == 0 # the window by ratio ranks its rows
+        if self.quantised_window is None: self.quantised_window = not ranked
+        if self.recent == -1: self.recent = RANKED_RECENT if ranked and not self.quantised_window else None
+        if self.drop_group == 0: self.drop_group = RANKED_DROP if ranked and self.recent is not None else 1
+        if self.window == 0: self.window = (128 if self.ratio >= WINDOW128_FROM else 64) + self.drop_group - 1
         if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
         if self.residual is None: self.residual = 4 if self.ratio >= RESIDUAL4_FROM else 12
         if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
