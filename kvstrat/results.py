@@ -15,8 +15,8 @@ from .kernels import kernels_available
 from .policy import STRATEGIES, Strategy
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'recorded_param', 'default_beside', 'ran_strategy',
-           'short_label', 'new_row', 'environment', 'row_key', 'Results', 'Locked', 'OutLock', 'commit_warning']
+__all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'recorded_param', 'ran_strategy', 'short_label', 'new_row',
+           'environment', 'row_key', 'Results', 'Locked', 'OutLock', 'commit_warning']
 
 # %% ../nbs/14_results.ipynb #2d4340bf
 PROTOCOLS = ('ppl', 'passkey', 'speed', 'bytes')
@@ -30,13 +30,6 @@ def recorded_param(f:Field, # a parameter of the row's strategy
     "Its value in a row: as recorded, else what rows from before it existed ran with (`before` in its metadata)."
     return params.get(f.name, f.metadata.get('before', f.default)) # default: the parameter changed nothing then
 
-def default_beside(cls:type, f:Field, # a strategy class and one of its parameters
-                   params:dict): # the row's `params`
-    "What `f` defaults to beside the row's other parameters: a default may depend on them (set in `__post_init__`)."
-    others = {g.name: recorded_param(g, params) for g in fields(cls) if g.name != f.name}
-    try: return getattr(cls(**others), f.name)
-    except (TypeError, ValueError): return f.default # parameters it no longer takes: its plain default
-
 def ran_strategy(row:dict) -> Strategy: # a result row
     "The strategy as the row ran it: each parameter as recorded, or as it was before it existed (not today's default)."
     name = row['strategy'].partition(':')[0]
@@ -46,15 +39,21 @@ def ran_strategy(row:dict) -> Strategy: # a result row
 
 def short_label(x:Strategy|dict, # a strategy, or a result row
                ) -> str:
-    "The strategy's name and the parameters that differ from their defaults (the full label if it is not registered)."
+    ("The strategy's name and, in field order, the parameters its defaults do not rebuild: defaults may depend on each "
+     "other (set in `__post_init__`), so each is left out only if the strategy stays the same (the full label if the "
+     "strategy is not registered).")
     label, params = (x.label, strategy_params(x)) if isinstance(x, Strategy) else (x['strategy'], x['params'])
     name = label.partition(':')[0]
     if name not in STRATEGIES: return label
-    same = lambda a, b: json.dumps(a, default=str) == json.dumps(b, default=str) # as stored in JSON
     cls = STRATEGIES[name]
-    changed = [f"{f.name}={value}" for f in fields(cls)
-               if not same(value := recorded_param(f, params), default_beside(cls, f, params))]
-    return name + (':' + ','.join(changed) if changed else '')
+    as_json = lambda kw: json.dumps(strategy_params(cls(**kw)), default=str) # as stored in a row
+    kept = {f.name: recorded_param(f, params) for f in fields(cls)}
+    ran = as_json(kept)
+    for f in fields(cls):
+        fewer = {k: v for k, v in kept.items() if k != f.name}
+        try: kept = fewer if as_json(fewer) == ran else kept
+        except (TypeError, ValueError): pass # its default cannot go with the others: it stays
+    return name + (':' + ','.join(f"{k}={v}" for k, v in kept.items()) if kept else '')
 
 # %% ../nbs/14_results.ipynb #cbce4d22
 ROW_FIELDS = ('strategy', 'params', 'provenance', 'protocol', 'settings', 'model', 'text', 'windows', 'tokens_scored',
