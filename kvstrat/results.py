@@ -39,21 +39,27 @@ def ran_strategy(row:dict) -> Strategy: # a result row
 
 def short_label(x:Strategy|dict, # a strategy, or a result row
                ) -> str:
-    ("The strategy's name and, in field order, the parameters its defaults do not rebuild: defaults may depend on each "
-     "other (set in `__post_init__`), so each is left out only if the strategy stays the same (the full label if the "
-     "strategy is not registered).")
+    ("The strategy's name and the parameters its defaults do not rebuild. Defaults may depend on each other (set in "
+     "`__post_init__`), so each, from the last, is left out only if the strategy stays the same, until none can go: "
+     "a label keeps the earlier, broader ones (a window, not what it implies). As it ran if it is not registered, or "
+     "no longer builds.")
     label, params = (x.label, strategy_params(x)) if isinstance(x, Strategy) else (x['strategy'], x['params'])
     name = label.partition(':')[0]
     if name not in STRATEGIES: return label
     cls = STRATEGIES[name]
     as_json = lambda kw: json.dumps(strategy_params(cls(**kw)), default=str) # as stored in a row
     kept = {f.name: recorded_param(f, params) for f in fields(cls)}
-    ran = as_json(kept)
-    for f in fields(cls):
-        fewer = {k: v for k, v in kept.items() if k != f.name}
-        try: kept = fewer if as_json(fewer) == ran else kept
-        except (TypeError, ValueError): pass # its default cannot go with the others: it stays
-    return name + (':' + ','.join(f"{k}={v}" for k, v in kept.items()) if kept else '')
+    try: ran = as_json(kept)
+    except (TypeError, ValueError): return label
+    dropped = True
+    while dropped: # one left out may let an earlier one go
+        dropped = False
+        for f in reversed(fields(cls)):
+            fewer = {k: v for k, v in kept.items() if k != f.name}
+            try: same = f.name in kept and as_json(fewer) == ran
+            except (TypeError, ValueError): same = False # its default cannot go with the others: it stays
+            if same: kept, dropped = fewer, True
+    return name + (':' + ','.join(f"{f.name}={kept[f.name]}" for f in fields(cls) if f.name in kept) if kept else '')
 
 # %% ../nbs/14_results.ipynb #cbce4d22
 ROW_FIELDS = ('strategy', 'params', 'provenance', 'protocol', 'settings', 'model', 'text', 'windows', 'tokens_scored',
