@@ -21,7 +21,7 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 __all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'NEUTRAL_KWARGS', 'LORA_TARGETS', 'FUSED_LORA_TARGETS',
            'ModelSpec', 'padding_mask_only', 'attention_scope', 'describe', 'running_model', 'tracking_forward',
            'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager', 'lora_targets',
-           'batch_repeated']
+           'batch_repeated', 'PassThrough', 'running_from']
 
 # %% ../nbs/01_adapter.ipynb #3c6b1032
 SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2', 'gemma2', 'gemma3', 'gemma3_text',
@@ -188,3 +188,25 @@ def batch_repeated(model, layer_idx:int, # the decoder layer whose input is repe
     handle = layers[layer_idx].register_forward_pre_hook(repeat, with_kwargs=True)
     try: yield model
     finally: handle.remove()
+
+# %% ../nbs/01_adapter.ipynb #8e95a6ae
+class PassThrough(torch.nn.Module):
+    "A decoder layer that is not run: it hands its input on (transformers' decoder layers return the hidden states)."
+    def forward(self, hidden_states, *args, **kwargs): return hidden_states
+
+@contextmanager
+def running_from(model, layer_idx:int, # the first decoder layer that runs
+                 hidden:torch.Tensor): # (B', T, d) its input: the batch the layers from it on see
+    "Scope in which `model`'s decoder runs its layers from `layer_idx` on, from `hidden`; the ones below pass through."
+    layers = model.get_decoder().layers
+    if not 0 <= layer_idx < len(layers): raise ValueError(f"layer {layer_idx} out of range: {len(layers)} layers")
+    below = [layers[j] for j in range(layer_idx)]
+    def start(module, args, kwargs):
+        return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, 'hidden_states': hidden})
+    handle = layers[layer_idx].register_forward_pre_hook(start, with_kwargs=True)
+    try:
+        for j in range(layer_idx): layers[j] = PassThrough()
+        yield model
+    finally:
+        handle.remove()
+        for j, layer in enumerate(below): layers[j] = layer

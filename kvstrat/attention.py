@@ -10,8 +10,8 @@ import functools, math
 import torch
 import torch.nn.functional as F
 from .quant import log_scale_decode, unpack_bits, scale_values
-from .store import EMPTY_SLOT, Encoded, LayerStore, TierSpec, TierStore, decode_rows, rotation
-from .store import group_heads, head_starts
+from .formats import Encoded, TierSpec, decode_rows, group_heads, head_starts, rotation
+from .store import EMPTY_SLOT, LayerStore, TierStore
 from . import kernels
 
 # %% auto #0
@@ -143,13 +143,14 @@ def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
                        newest:int|None=None, summed:bool=False, # what is observed, as in `observed`
                        causal:bool=False, # a first chunk: the unobserved queries attend through sdpa's causal kernel
                        block:int|None=None, # score elements held at once; None: `OBSERVED_BLOCK`
+                       window:int|None=None, # a sliding window (never with `causal`): each query's last positions
                       ) -> tuple[torch.Tensor, torch.Tensor]: # (B, q, H_q, D), (B*H_kv, n, T)
     "Attention output and `observed` attention of a dense read, the observed queries a block at a time."
     B, Hq, q, D = query.shape
     first = 0 if newest is None else max(q - newest, 0) # the first observed query
     outs = []
     if first: # queries that are not observed: read as without observation
-        allowed = None if causal else allowed_slots(slot_pos, qpos[:first], padding)
+        allowed = None if causal else allowed_slots(slot_pos, qpos[:first], padding, window)
         outs.append(grouped_attention(query[:, :, :first], key, value, allowed, scaling, softcap=softcap,
                                       causal=causal)[0])
     H, T = key.shape[1], key.shape[2]
@@ -159,7 +160,7 @@ def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
         b = slice(j, min(j + step, q))
         n = b.stop if causal else T # in a first chunk, slot i holds position i: no query of `b` attends past b.stop
         o, _, p = explicit_attention(query[:, :, b], key[:, :, :n], value[:, :, :n],
-                                     allowed_slots(slot_pos[..., :n], qpos[b], padding), scaling, softcap,
+                                     allowed_slots(slot_pos[..., :n], qpos[b], padding, window), scaling, softcap,
                                      with_lse=False) # (B, H_kv, g, n_b, D), (B, H_kv, g, n_b, n)
         outs.append(o.view(B, Hq, -1, D).transpose(1, 2))
         part = observed(p.mean(2).flatten(0, 1), None if padding is None else padding[:, -q:][:, b], summed=summed)
@@ -173,19 +174,21 @@ def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:
                state=None, # a `HeadState` that reads some heads its own way (`HeadState.attend`)
                softcap:float|None=None, # attention-logit cap (`soft_cap`); None: none
                newest:int|None=None, summed:bool=False, # with `want_probs`: what is observed, as in `observed`
+               window:int|None=None, # a sliding window: each query attends its last `window` positions alone
               ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]:
     "Attention over `store.dense()`: output `(B, q, H_q, D)`, observed probs `(B*H_kv, n, T)`, keys `(B, H_kv, T, D)`."
     K, V, slot_pos = store.dense()
-    # one new token, no padding and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
+    # one new token, no padding, no window and no empty slot: it may attend every slot, and sdpa runs unmasked (faster)
     unmasked = (query.shape[2] == 1 and padding is None and not want_probs and state is None and softcap is None
-                and not (slot_pos == EMPTY_SLOT).any())
+                and window is None and not (slot_pos == EMPTY_SLOT).any())
     # a first chunk: every head holds just the chunk's tokens, in order, so each query attends the slots up to its own
     causal = (not unmasked and padding is None and (state is None or not want_probs) and softcap is None
-              and slot_pos.shape[-1] == len(qpos) and bool((slot_pos == qpos).all()))
+              and window is None and slot_pos.shape[-1] == len(qpos) and bool((slot_pos == qpos).all()))
     if want_probs and state is None:
-        out, probs = observed_attention(query, K, V, slot_pos, qpos, padding, scaling, softcap, newest, summed, causal)
+        out, probs = observed_attention(query, K, V, slot_pos, qpos, padding, scaling, softcap, newest, summed, causal,
+                                        window=window)
         return out, probs, K
-    allowed = None if unmasked or causal else allowed_slots(slot_pos, qpos, padding) # a state reads None as causal
+    allowed = None if unmasked or causal else allowed_slots(slot_pos, qpos, padding, window) # a state: None is causal
     if state is None: return grouped_attention(query, K, V, allowed, scaling, False, softcap, causal)[0], None, K
     out, probs = state.attend(query, K, V, slot_pos, qpos, allowed, scaling, want_probs)
     if probs is not None: probs = observed(probs, None if padding is None else padding[:, -len(qpos):], newest, summed)
@@ -408,21 +411,33 @@ def _build_segments(t:TierStore, masked:bool, observable:bool) -> list[list[int]
         kgroup = spec.key_group if spec.key_axis == 'token' else None
         if not (kernels.supports(k.data, spec.bits_of(True), D, kgroup)
                 and kernels.supports(v.data, spec.bits_of(False), D, spec.value_group)): return None
-        if spec.key_axis == 'channel' and not _full_channel_groups(t): return None
         kind, kbits, vbits, kJ, vJ = (kernels.SEGMENT_KINDS[spec.key_axis], spec.bits_of(True), spec.bits_of(False),
                                       k.scale.shape[-1], v.scale.shape[-1])
     channel, rows = spec.bits is not None and spec.key_axis == 'channel', []
-    piece = max(SEGMENT_ROWS // spec.key_group, 1) * spec.key_group if channel else SEGMENT_ROWS # whole key groups
-    for head, (start, n_head) in enumerate(zip(head_starts(t.counts).tolist(), t.counts.tolist())):
-        for first in range(start, start + n_head, piece):
-            n = min(piece, start + n_head - first)
-            kfirst = first // spec.key_group if channel else first # per-channel parameters: one row per key group
-            rows.append([head, n, kind, kernels.SEGMENT_KINDS['token'] if spec.bits else kind, kbits, vbits, kJ, vJ,
-                         spec.key_group, int(spec.symmetric), int(spec.scale_bits == 8), int(spec.rotate),
-                         _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
-                         _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
-                         _row_ptr(t.pos if masked else None, first), first, int(observable)])
+    pieces = _channel_pieces(t) if channel else [ # a head's rows, SEGMENT_ROWS at a time
+        (head, first, min(SEGMENT_ROWS, start + n_head - first), first, spec.key_group)
+        for head, (start, n_head) in enumerate(zip(head_starts(t.counts).tolist(), t.counts.tolist()))
+        for first in range(start, start + n_head, SEGMENT_ROWS)]
+    for head, first, n, kfirst, group in pieces: # kfirst: the piece's first row of key parameters
+        rows.append([head, n, kind, kernels.SEGMENT_KINDS['token'] if spec.bits else kind, kbits, vbits, kJ, vJ,
+                     group, int(spec.symmetric), int(spec.scale_bits == 8), int(spec.rotate),
+                     _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
+                     _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
+                     _row_ptr(t.pos if masked else None, first), first, int(observable)])
     return rows
+
+def _channel_pieces(t:TierStore) -> list[tuple[int, int, int, int, int]]:
+    "A per-channel key tier's pieces `(head, first row, rows, first group, rows per group)`: runs of whole groups."
+    # whole groups run together, up to SEGMENT_ROWS; a group short of `key_group` rows (the oldest, once a sliding
+    # window or a head's own window forgot some of it) is a piece of its own, one group of its rows
+    whole, most, pieces, first = t.spec.key_group, max(SEGMENT_ROWS // t.spec.key_group, 1) * t.spec.key_group, [], 0
+    for g, (head, n) in enumerate(zip(group_heads(t.k, t.heads()).tolist(), t.k.group_sizes.tolist())):
+        last = pieces[-1] if pieces else None
+        if last and last[0] == head and n == whole == last[4] and last[2] + n <= most:
+            pieces[-1] = (head, last[1], last[2] + n, last[3], whole)
+        else: pieces.append((head, first, n, g, n if n < whole else whole))
+        first += n
+    return pieces
 
 # %% ../nbs/05_attention.ipynb #467c9799
 def fused_read(query:torch.Tensor, # (B, H_q, q, D)

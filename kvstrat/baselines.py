@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from fastcore.basics import patch
 import torch
-from .store import FP16, TierSpec, index_in_head
+from .formats import FP16, TierSpec, index_in_head
 from .quant import check_rotatable
 from .policy import Needs, Strategy, rank_in_head, register
 

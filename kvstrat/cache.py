@@ -6,8 +6,8 @@ Docs: https://kvstrat.github.io/kvstrat/cache.html.md"""
 
 # %% ../nbs/07_cache.ipynb #c176e5da
 from __future__ import annotations
-import weakref
-from collections import Counter
+import warnings, weakref
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
@@ -24,18 +24,21 @@ from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
 __all__ = ['RELEASE_MIN_QUERIES', 'CompressedLayer', 'release_before_chunk', 'check_padding', 'exact_attention',
-           'kvstrat_attention', 'prefill_cache', 'CompressedCache']
+           'kvstrat_attention', 'prefill_cache', 'layer_spans', 'warn_exact_layers', 'CompressedCache']
 
 # %% ../nbs/07_cache.ipynb #c28f5e1d
 class CompressedLayer(CacheLayerMixin):
     "One decoder layer's KV cache: a `LayerStore` whose rows a strategy places."
-    is_sliding, is_croppable = False, True
+    is_croppable = True
 
     def __init__(self, strategy:Strategy, layer_idx:int, spec:ModelSpec,
                  derived=None, # what `strategy.prepare(spec)` returned
-                 tiered:bool=True): # attention may read the tiers in place (False: always a dense copy)
+                 tiered:bool=True, # attention may read the tiers in place (False: always a dense copy)
+                 window:int|None=None): # a sliding-window layer's window: the rows no query can see again leave
         super().__init__()
         self.strategy, self.layer_idx, self.spec, self.derived, self.tiered = strategy, layer_idx, spec, derived, tiered
+        self.window, self.is_sliding = window, window is not None
+        self.record_past = False # (a sliding layer) rows past the window stay until `crop`, as transformers' do
         self.needs, self.specs = strategy.needs(), strategy.tiers(spec.head_dim)
         self.observed = strategy.observed_heads(layer_idx, derived) # (H_kv,) bool, or None: every head
         self.frozen = False # when True, new tokens stay in tier 0 (prefill-only compression)
@@ -56,6 +59,7 @@ class CompressedLayer(CacheLayerMixin):
     def get_seq_length(self) -> int: return self.store.seen if self.is_initialized else 0
     def get_mask_sizes(self, query_length:int) -> tuple[int, int]: return self.get_seq_length() + query_length, 0
     def get_max_length(self) -> int: return -1
+    def activate_past_recording(self, **kwargs): self.record_past = True # assisted decoding may crop back
 
 # %% ../nbs/07_cache.ipynb #0a28bb4e
 RELEASE_MIN_QUERIES = 256 # chunks this long free multi-MB temporaries; a shorter one's work is dearer than a trim's
@@ -83,28 +87,48 @@ def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q,
     if padding is not None and padding[:, seen - q:seen].all(): padding = None
     if padding is not None: self.free_padding(padding[:, :seen])
     qpos = torch.arange(seen - q, seen, device=query.device)
-    out, probs, keys = self.read(query, qpos, padding, scaling, softcap)
+    out, probs, keys = self.read(query, qpos, padding, scaling, softcap, self.window_mask())
     if not self.frozen:
         if q > 1 or seen > self.quiet_until: self.place(probs, keys, q)
         elif probs is not None: self.observe(self.view(q), probs, keys) # nothing moves, but the attention counts
         if self.state is not None: self.state.fold_due()
+    self.forget_unseen() # a step that did not plan
     return out
+
+# %% ../nbs/07_cache.ipynb #1aed9900
+@patch
+def window_mask(self:CompressedLayer) -> int|None:
+    "The layer's window, if the chunk just written needs it in its mask: some of its queries cannot see every row."
+    # the layer holds no row before `horizon`, and the chunk's last query sees the rows from `seen - window` on
+    return self.window if self.window is not None and self.store.seen - self.store.horizon > self.window else None
+
+@patch
+def forget_unseen(self:CompressedLayer, view:LayerView|None=None, # the rows the strategy is deciding on
+                 ) -> LayerView|None: # `view`, of the rows still held
+    "A sliding layer forgets the rows no later query sees (unless it records the past for `crop`)."
+    if self.window is None or self.record_past: return view
+    horizon = self.store.seen - self.window + 1
+    self.store.forget_before(horizon)
+    return None if view is None else view.only(view.pos >= horizon)
 
 # %% ../nbs/07_cache.ipynb #fa65a675
 @patch
 def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1,
-                want:bool|None=None) -> bool: # the read returns every head's probabilities; None: as `Needs` asks
+                want:bool|None=None, # the read returns every head's probabilities; None: as `Needs` asks
+                window:int|None=None) -> bool: # a sliding window the chunk's mask needs (`window_mask`)
     "May attention read the tiers in place? Heads of unequal rows may, unless the read must return probabilities."
     # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
-    # queries over 2k tokens would be about 75 MB per layer.
+    # queries over 2k tokens would be about 75 MB per layer. The tiers' reads mask future rows alone: a chunk whose
+    # window hides some rows from some of its queries attends densely too.
     want = self.needs.attention if want is None else want
-    return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None
+    return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None and window is None
             and not self.needs.keys and (not want or equal_heads(self.store)))
 
 @patch
-def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None, want:bool|None=None) -> bool:
+def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None, want:bool|None=None,
+                      window:int|None=None) -> bool:
     "On CUDA, with Triton, attention reads every tier from its codes, probabilities too, wherever `reads_tiers` may."
-    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2], want) and softcap is None
+    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2], want, window) and softcap is None
             and self.state is None):
         return False
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
@@ -112,14 +136,15 @@ def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=N
 
 @patch
 def read_layer(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None,
-               want:bool) -> tuple: # every head's probabilities too
+               want:bool, # every head's probabilities too
+               window:int|None=None) -> tuple: # a sliding window the chunk's mask needs
     "Attention over every stored token, through the fastest read that may: output, `observed` attention, dense keys."
     newest, summed = self.needs.newest_queries, self.needs.summed
-    if self.reads_with_triton(query, padding, softcap, want):
+    if self.reads_with_triton(query, padding, softcap, want, window):
         from kvstrat.triton_attention import triton_read
         out, probs = triton_read(query, self.store, qpos, scaling, want)
         return out, None if probs is None else observed(probs, None, newest, summed), None
-    if self.reads_tiers(padding, query.shape[2], want):
+    if self.reads_tiers(padding, query.shape[2], want, window):
         # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
         if (not want and softcap is None
                 and (read := fused_read(query, self.store, qpos, scaling, self.state is not None)) is not None):
@@ -127,20 +152,21 @@ def read_layer(self:CompressedLayer, query, qpos, padding, scaling, softcap:floa
         if self.state is None:
             out, probs = tiered_read(query, self.store, qpos, scaling, want, softcap)
             return out, None if probs is None else observed(probs, None, newest, summed), None
-    return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap, newest, summed)
+    return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap, newest, summed, window)
 
 @patch
-def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None) -> tuple:
+def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None,
+         window:int|None=None) -> tuple: # a sliding window the chunk's mask needs (`window_mask`)
     ("Attention over the stored tokens: output `(B, q, H_q, D)`, the attention observed (per slot, `observed`; or "
      "per tier-0 row, `(N0, n)`, where the kernels read it with the output), dense keys.")
     if softcap is not None and self.state is not None:
         raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
     if not self.needs.attention or self.observed is None:
-        return self.read_layer(query, qpos, padding, scaling, softcap, self.needs.attention)
+        return self.read_layer(query, qpos, padding, scaling, softcap, self.needs.attention, window)
     mine = self.observed.to(query.device).repeat(self.store.B) # (B*H_kv,) the heads whose attention is observed
-    if not mine.any(): return self.read_layer(query, qpos, padding, scaling, softcap, False)
+    if not mine.any(): return self.read_layer(query, qpos, padding, scaling, softcap, False, window)
     newest, summed = self.needs.newest_queries, self.needs.summed
-    if self.needs.ordered and self.state is None and self.reads_tiers(padding, query.shape[2], want=False):
+    if self.needs.ordered and self.state is None and self.reads_tiers(padding, query.shape[2], False, window):
         # the view is tier 0 alone: the kernels hand back its rows' attention with the output, in one read
         if softcap is None and (read := fused_read(query, self.store, qpos, scaling, observe=mine)) is not None:
             return read[0], observed(read[1][:, :, None], None, newest, summed)[..., 0], None
@@ -148,7 +174,7 @@ def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None
         if probs is not None: # the heads hold tier 0 alone: theirs apart, then the layer
             out = self.read_layer(query, qpos, padding, scaling, softcap, False)[0]
             return out, observed(probs, None, newest, summed), None
-    out, probs, keys = self.read_layer(query, qpos, padding, scaling, softcap, True) # a prefill chunk, say
+    out, probs, keys = self.read_layer(query, qpos, padding, scaling, softcap, True, window) # a prefill chunk, say
     return out, probs.masked_fill(~mine[:, None, None], 0.0), keys
 
 # %% ../nbs/07_cache.ipynb #ff8e44c4
@@ -163,7 +189,7 @@ def view(self:CompressedLayer, queries:int=1, # queries in this step
     score = cat([t.score for t in tiers]) if self.needs.scores else None
     return LayerView(self.layer_idx, self.spec.n_layers, st.B, st.H, st.seen, tier, cat([t.heads() for t in tiers]),
                      cat([t.pos.long() for t in tiers]), score, len(st.tiers), derived=self.derived,
-                     queries=queries)
+                     queries=queries, window=self.window)
 
 @patch
 def observe(self:CompressedLayer, view:LayerView,
@@ -200,9 +226,8 @@ def sequences(self:CompressedLayer, view:LayerView) -> list[tuple[torch.Tensor|s
     H, out = view.n_kv_heads, []
     for b, n in enumerate(lead.tolist()):
         rows = view.head // H == b
-        pick = lambda x: None if x is None else x[rows]
-        out.append((rows, replace(view, batch=1, seen=view.seen - n, tier=view.tier[rows], head=view.head[rows] - b * H,
-                                  pos=view.pos[rows] - n, score=pick(view.score), keys=pick(view.keys))))
+        out.append((rows, view.only(rows, batch=1, seen=view.seen - n, head=view.head[rows] - b * H,
+                                    pos=view.pos[rows] - n)))
     return out
 
 # %% ../nbs/07_cache.ipynb #c7a90012
@@ -220,6 +245,7 @@ def place(self:CompressedLayer, probs, keys, # as `read` returns them (`observe`
     "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
     view = self.view(queries)
     self.observe(view, probs, keys)
+    view = self.forget_unseen(view) # a sliding layer: what its window still holds
     target, quiet, most = view.tier.clone(), [], None
     for b, (rows, seq) in enumerate(self.sequences(view)):
         if not len(seq.pos): continue # a sequence that is all padding so far
@@ -261,7 +287,12 @@ def crop(self:CompressedLayer, tokens_to_remove:int):
     if self.state is not None and length <= self.state.newest:
         raise ValueError(f"cannot crop to {length} tokens: tokens up to position {self.state.newest} are folded into "
                          "a fixed-size state and cannot be taken out again")
+    if self.window is not None and max(length - self.window + 1, 0) < self.store.horizon:
+        raise ValueError(f"cannot crop layer {self.layer_idx} to {length} tokens: its sliding window forgot the tokens "
+                         f"before position {self.store.horizon}, which the next one would see (call "
+                         "`cache.activate_past_recording()` before the tokens you may crop, as transformers asks)")
     self.store.crop(length)
+    if self.window is not None: self.store.forget_before(length - self.window + 1) # what the next token cannot see
     self.quiet_until = -1
 
 @patch
@@ -292,6 +323,8 @@ def exact_attention(module, layer, query, key, value, # (B, H_q, q, D), (B, H_kv
                     softcap:float|None=None): # attention-logit cap: then eager attention, as the model computes it
     "Attention over an exact layer, as the model's own sdpa (or, soft-capped, eager) computes it: `(B, q, H_q, D)`."
     q, T, seen = query.shape[2], key.shape[2], exact_length(layer)
+    # fewer keys than the window: no query can see past it, and transformers then reads unmasked, as this does
+    if sliding_window and T < sliding_window: sliding_window = None
     # sdpa's is_causal aligns the mask top-left, so it is only right when the chunk is the whole sequence (or one token)
     if softcap is None and padding is None and not sliding_window and q in (1, T):
         return sdpa(module, query, key, value, None, dropout, scaling)
@@ -314,8 +347,9 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
         if padding is not None: check_padding(padding, query.shape[0], layer.get_seq_length() + query.shape[2])
         if dropout: raise ValueError(f"layer {module.layer_idx} asks for attention dropout {dropout}: a compressed "
                                      "layer attends without dropout (use model.eval())")
-        if sliding_window: raise ValueError(f"layer {module.layer_idx} has a sliding window {sliding_window}, which a "
-                                            "compressed layer does not apply")
+        if (sliding_window or None) != layer.window:
+            raise ValueError(f"layer {module.layer_idx} attends with sliding window {sliding_window}, but the cache "
+                             f"was built for window {layer.window}: build the cache from this model")
         return layer.step(query, key, value, padding, scaling, softcap), None
     return exact_attention(module, layer, query, key, value, padding, dropout, scaling, sliding_window, softcap)
 
@@ -339,6 +373,23 @@ def prefill_cache(model, cache:Cache, ids:torch.Tensor, # (B, T) token ids
         out = model(ids[:, i - seen:i - seen + step], cache=cache, use_cache=True, **kwargs)
     return out
 
+# %% ../nbs/07_cache.ipynb #09c61ee6
+def layer_spans(layers:list[int]) -> str:
+    "Layer indices as runs: [0, 1, 2, 4] -> '0-2, 4'."
+    runs = []
+    for i in sorted(layers):
+        if runs and i == runs[-1][1] + 1: runs[-1][1] = i
+        else: runs.append([i, i])
+    return ', '.join(str(a) if a == b else f'{a}-{b}' for a, b in runs)
+
+def warn_exact_layers(name:str, kept:dict[int, str], # layer: why the strategy keeps it exact
+                      n_layers:int):
+    "Say, once, which layers a compressing strategy leaves exact (stored as FullKV stores them), and why."
+    why = defaultdict(list)
+    for i, reason in kept.items(): why[reason].append(i)
+    warnings.warn(f"kvstrat: {name} leaves {len(kept)} of {n_layers} layers exact, stored as FullKV stores them: "
+                  + '; '.join(f"layers {layer_spans(ls)}: {reason}" for reason, ls in why.items()), stacklevel=3)
+
 # %% ../nbs/07_cache.ipynb #96e62612
 class CompressedCache(Cache):
     "A `transformers` Cache whose layers store tokens as `strategy` decides; attach it to a model to use it."
@@ -348,12 +399,15 @@ class CompressedCache(Cache):
         self.spec, self.strategy = ModelSpec.of(model), make_strategy('full' if strategy is None else strategy)
         self.derived = self.strategy.prepare(self.spec)
         exact = self.strategy.needs().exact
+        kept = {} if exact else {i: why for i in range(self.spec.n_layers)
+                                 if (why := self.strategy.keeps_exact(i, self.derived)) is not None}
         def make(i):
             window = self.spec.sliding_window if self.spec.sliding[i] else None
-            if window or exact: return exact_layer(window)
-            return CompressedLayer(self.strategy, i, self.spec, self.derived, tiered)
+            if exact or i in kept: return exact_layer(window)
+            return CompressedLayer(self.strategy, i, self.spec, self.derived, tiered, window)
         super().__init__(layers=[make(i) for i in range(self.spec.n_layers)])
         self.attached_to = self.running = self.owner = None
+        if kept: warn_exact_layers(self.strategy.name, kept, self.spec.n_layers)
 
     @property
     def provenance(self) -> str|None: return self.strategy.provenance(self.derived)
@@ -370,8 +424,9 @@ def fp16_nbytes(self:CompressedCache) -> int:
     "What an fp16 `DynamicCache` would hold for the same tokens (sliding layers: their window)."
     def held(l):
         if not l.is_initialized: return 0
-        if isinstance(l, CompressedLayer): return l.store.B * l.store.H * l.store.seen * l.store.D * 2 * 2
-        return l.keys.numel() * 2 * 2
+        if not isinstance(l, CompressedLayer): return l.keys.numel() * 2 * 2
+        tokens = l.store.seen if l.window is None else min(l.store.seen, l.window - 1) # what a sliding layer holds
+        return l.store.B * l.store.H * tokens * l.store.D * 2 * 2
     return sum(held(l) for l in self.layers)
 
 @patch
@@ -384,10 +439,11 @@ def freeze(self:CompressedCache):
 @patch
 def nbytes_by_part(self:CompressedCache) -> dict[tuple[str, str], int]:
     "`nbytes()` by (format, part) over every layer: each tier's codes, scales and bookkeeping, exact layers, states."
-    out = Counter()
+    out, exact = Counter(), [i for i, l in enumerate(self.layers) if not isinstance(l, CompressedLayer)]
+    name = f'exact (layers {layer_spans(exact)})' # the layers stored as FullKV stores them
     for l in (l for l in self.layers if l.is_initialized):
         if not isinstance(l, CompressedLayer):
-            out.update({('exact', 'keys'): l.keys.nbytes, ('exact', 'values'): l.values.nbytes}); continue
+            out.update({(name, 'keys'): l.keys.nbytes, (name, 'values'): l.values.nbytes}); continue
         out.update(l.store.nbytes_by_part())
         if l.state is not None: out['state', type(l.state).__name__] += l.state.nbytes()
     return dict(out)

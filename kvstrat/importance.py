@@ -202,7 +202,7 @@ class Evict(Strategy):
         raise NotImplementedError
 
     def assign(self, view):
-        k = keep_count(self.budget, view.seen)
+        k = keep_count(self.budget, view.tokens)
         if len(view.head) == 0 or int(torch.bincount(view.head).max()) <= k: return None # every head within budget
         if (score := self.importance(view)) is None: return None
         protected = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, self.window)
@@ -227,7 +227,7 @@ class StreamingLLM(Strategy):
     @classmethod
     def example(cls): return cls(budget=16, sinks=2)
     def assign(self, view):
-        window = max(keep_count(self.budget, view.seen) - self.sinks, 1) # a fraction keeps the newest token too
+        window = max(keep_count(self.budget, view.tokens) - self.sinks, 1) # a fraction keeps the newest token too
         keep = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, window)
         return torch.where(keep, 0, view.evicted)
 

@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .adapter import ModelSpec, attention_scope
+from .adapter import ModelSpec, attention_scope, describe
 from .core import read_json
 from .attention import explicit_attention
 
@@ -207,26 +207,34 @@ def streaming_attention(query, key, value, log_lam, gain, temp, sinks:int, windo
     return combine_state(out, lse, o[..., :D], o[..., D], gain).reshape(B, Hq, T, D)
 
 # %% ../nbs/11a_linear_attention.ipynb #02bef832
-def attention_override(model, fn): # fn(layer_idx, query, key, value, scaling) -> (B, q, H_q, D)
+def attention_override(model, fn): # fn(layer_idx, query, key, value, scaling, window) -> (B, q, H_q, D)
     "Scope in which every attention layer of `model` (no cache, causal) computes `fn` instead."
-    attend = lambda module, q, k, v, mask, scaling=None, **kw: (fn(module.layer_idx, q, k, v,
-                                                                   scaling or q.shape[-1] ** -0.5), None)
+    if (cap := ModelSpec.of(model).softcap) is not None:
+        raise NotImplementedError(f"{describe(model)} caps its attention logits at {cap} (Gemma 2): kvstrat's offline "
+                                  "passes (calibration, head patterns) compute plain softmax attention")
+    attend = lambda module, q, k, v, mask, scaling=None, sliding_window=None, **kw: (
+        fn(module.layer_idx, q, k, v, scaling or q.shape[-1] ** -0.5, sliding_window or None), None)
     return attention_scope(model, attend, f'kvstrat-override-{id(fn):x}')
 
 # %% ../nbs/11a_linear_attention.ipynb #d1946cd2
-def causal_attention(query, key, value, scaling:float) -> torch.Tensor:
+def causal_attention(query, key, value, scaling:float,
+                     window:int|None=None) -> torch.Tensor: # a sliding window: each query's newest `window` tokens
     "Plain causal attention in the layout attention functions return: `(B, T, H_q, D)`."
-    g = query.shape[1] // key.shape[1]
-    out = F.scaled_dot_product_attention(query, key.repeat_interleave(g, 1), value.repeat_interleave(g, 1),
-                                         is_causal=True, scale=scaling)
+    T = key.shape[2]
+    if window is None or T <= window: # no query sees past its window
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2)
+    t = torch.arange(T, device=query.device)
+    visible = (t[None] <= t[:, None]) & (t[None] > t[:, None] - window) # (T, T)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=visible, scale=scaling, enable_gqa=True)
     return out.transpose(1, 2)
 
 # %% ../nbs/11a_linear_attention.ipynb #636dbe01
 def hybrid_override(model, mask:torch.Tensor, # (L, H_kv) bool: streaming heads
                     params:StreamParams):
     "Scope in which `model` (no cache) runs its streaming heads through their state, the rest exactly."
-    def attend(i, q, k, v, scaling):
-        out = causal_attention(q, k, v, scaling) # (B, T, H_q, D)
+    def attend(i, q, k, v, scaling, window):
+        out = causal_attention(q, k, v, scaling, window) # (B, T, H_q, D)
         if not mask[i].any(): return out
         B, Hq, T, D = q.shape
         H = k.shape[1]

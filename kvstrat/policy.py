@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 from fastcore.basics import patch
 import torch
 from .adapter import ModelSpec
-from .store import FP16, TierSpec, head_starts
+from .formats import FP16, TierSpec, head_starts
 
 # %% auto #0
 __all__ = ['NEVER_MOVES', 'STRATEGY_MODULES', 'STRATEGIES', 'PARAM_SPLIT', 'STRATEGY_PRESETS', 'Needs', 'LayerView',
@@ -59,9 +59,19 @@ class LayerView:
     keys: torch.Tensor|None = None # (N, D) the keys attention just read (`Needs.keys`)
     derived: Any = None # what `Strategy.prepare` returned for this model
     queries: int = 1 # queries in this step: the chunk just written
+    window: int|None = None # a sliding-window layer's window: it holds the newest `window - 1` tokens at most
 
     @property
     def evicted(self) -> int: return self.n_tiers
+    @property
+    def tokens(self) -> int: # what a share of the tokens is a share of: those seen, or a sliding window's
+        return self.seen if self.window is None else min(self.seen, self.window - 1)
+    def only(self, rows:torch.Tensor, # (N,) bool, or indices: the rows kept
+             **changes) -> LayerView: # fields to set besides
+        "The view of `rows` alone."
+        pick = lambda x: None if x is None else x[rows]
+        return replace(self, **dict(tier=self.tier[rows], head=self.head[rows], pos=self.pos[rows],
+                                    score=pick(self.score), keys=pick(self.keys)) | changes)
 
 # %% ../nbs/06_policy.ipynb #11c94614
 def rank_in_head(head:torch.Tensor, # (N,) head of each row
@@ -110,6 +120,8 @@ class Strategy:
     def head_state(self, layer, derived) -> HeadState|None: return None # memory for tokens some heads evict
     def observed_heads(self, layer_idx:int, derived) -> torch.Tensor|None: # (H_kv,) bool: the heads whose attention
         return None # `observe` uses in this layer (`Needs.attention`); the others' rows observe 0. None: every head
+    def keeps_exact(self, layer_idx:int, derived) -> str|None: # why this layer is stored as FullKV stores it (the
+        return None # cache warns, naming it); None: the layer is compressed, sliding-window layers too
     def adapted(self, model, derived): return nullcontext() # scope of model changes it needs (calibrated adapters)
     def provenance(self, derived) -> str|None: return None # what saved data (calibration, profile) it uses
 

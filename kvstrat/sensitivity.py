@@ -6,24 +6,23 @@ Docs: https://kvstrat.github.io/kvstrat/sensitivity.html.md"""
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000003
 from __future__ import annotations
-import argparse, json, math, os, sys, time, warnings
+import json, math, os, warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .core import OneLineParser, check_device, load_model, load_text, package_data, read_json, tokenize
-from .adapter import ModelSpec, batch_repeated
-from .store import TierSpec, decode_rows, encode_rows
-from .linear_attention import attention_override, causal_attention, model_shape
+from .core import package_data, read_json
+from .adapter import ModelSpec
+from .formats import TierSpec, decode_rows, encode_rows
+from .linear_attention import causal_attention, model_shape
 from .calibration import calibration_windows
 from .importance import keep_top
 
 # %% auto #0
 __all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
-           'layer_costs', 'evicting_attention', 'check_drop_group', 'kept_quota', 'kept_rows', 'kept_attention',
-           'eviction_costs', 'Sensitivity', 'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity',
-           'measure_sensitivity', 'pooling_differences', 'pool_sensitivities', 'smallest_true', 'bytes_reach',
-           'knapsack', 'allocate', 'calibration_set', 'main']
+           'evicting_attention', 'check_drop_group', 'kept_quota', 'kept_rows', 'kept_attention', 'Sensitivity',
+           'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity', 'pooling_differences',
+           'pool_sensitivities', 'smallest_true', 'bytes_reach', 'knapsack', 'allocate']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
 FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most precise first
@@ -73,11 +72,6 @@ def copy_windows(ids:torch.Tensor, # (N,) token ids of one text
     for w in windows[1::2]: w[length - repeat:] = w[start:start + repeat].clone()
     return windows
 
-# %% ../nbs/11b_sensitivity.ipynb #a1000011
-def _variants(n_kv_heads:int, bits:tuple) -> list[tuple[int, int, int]]:
-    "(head, 0 keys | 1 values, width index) of every variant of one layer."
-    return [(h, kv, j) for h in range(n_kv_heads) for kv in (0, 1) for j in range(len(bits))]
-
 # %% ../nbs/11b_sensitivity.ipynb #a1000012
 def _kl(exact_logp:torch.Tensor, logits:torch.Tensor) -> torch.Tensor:
     "(C,) KL(exact ‖ variant) in nats per token, for `C` variants of the `(W, S, V)` exact log-probabilities."
@@ -95,54 +89,32 @@ def held_exact(T:int, sinks:int, residual:int, # the store's fp16 sinks and newe
 
 def mixed_attention(query, key, value, # (B, H_q, T, D), (B, H_kv, T, D) ×2: exact
                     key_q, value_q, # (B, H_kv, T, D) ×2: requantised
-                    scaling:float, exact:torch.Tensor) -> torch.Tensor: # (T, T) bool, causal; -> (B, T, H_q, D)
+                    scaling:float, exact:torch.Tensor, # (T, T) bool, causal
+                    window:int|None=None) -> torch.Tensor: # a sliding window: a query's newest tokens; (B, T, H_q, D)
     "Causal attention that reads the tokens `exact` marks from `key`, `value` and the rest from `key_q`, `value_q`."
-    g = query.shape[1] // key.shape[1]
+    g, T = query.shape[1] // key.shape[1], key.shape[2]
     k, v, kq, vq = (x.repeat_interleave(g, 1).float() for x in (key, value, key_q, value_q))
-    q, causal = query.float(), torch.ones_like(exact).tril().bool()
+    t = torch.arange(T, device=query.device)
+    q, causal = query.float(), (t[None] <= t[:, None]) & (t[None] > t[:, None] - (window or T)) # (T, T)
     scores = torch.where(exact, q @ k.transpose(-1, -2), q @ kq.transpose(-1, -2)) * scaling # (B, H_q, T, T)
     p = scores.masked_fill(~causal, float('-inf')).softmax(-1)
     return ((p * exact) @ v + (p * (causal & ~exact)) @ vq).to(query.dtype).transpose(1, 2)
 
-# %% ../nbs/11b_sensitivity.ipynb #a1000013
-@torch.no_grad()
-def layer_costs(model, windows:torch.Tensor, # (W, T) calibration ids
-                layer_idx:int, family:FormatFamily, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
-                bits:tuple=FORMAT_BITS, sinks:int=4, per_pass:int=6, # variants per forward
-                exact:torch.Tensor|None=None, # (T, T) `held_exact`: tokens read at fp16; None: the sinks alone
-               ) -> torch.Tensor:
-    "(H_kv, 2, len(bits)) KL each tensor of each head of one layer costs alone at each width."
-    spec = ModelSpec.of(model)
-    variants, W, D = _variants(spec.n_kv_heads, bits), windows.shape[0], spec.head_dim
-    cost = torch.zeros(spec.n_kv_heads, 2, len(bits))
-    for c0 in range(0, len(variants), per_pass):
-        part = variants[c0:c0 + per_pass]
-        def attend(i, q, k, v, scaling):
-            if i != layer_idx: return causal_attention(q, k, v, scaling)
-            kq, vq = k.clone(), v.clone()
-            for c, (h, kv, j) in enumerate(part):
-                x, sl = (kq, vq)[kv], slice(c * W, (c + 1) * W)
-                x[sl, h] = requantized(x[sl, h], family.spec(bits[j], bits[j], D), kv == 0, sinks)
-            if exact is None: return causal_attention(q, kq, vq, scaling)
-            return mixed_attention(q, k, v, kq, vq, scaling, exact.to(q.device))
-        with attention_override(model, attend), batch_repeated(model, layer_idx, len(part)):
-            logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
-        for (h, kv, j), kl in zip(part, _kl(exact_logp, logits).tolist()): cost[h, kv, j] = kl
-    return cost
-
 # %% ../nbs/11b_sensitivity.ipynb #80261b8c
 def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv, T, D) ×2
                        evicts:list[tuple[slice, int]], # (batch rows, KV head) that evict
-                       sinks:int, window:int) -> torch.Tensor: # (B, T, H_q, D)
+                       sinks:int, window:int,
+                       sliding:int|None=None) -> torch.Tensor: # the layer's sliding window; (B, T, H_q, D)
     "Causal attention where each listed KV head, on its rows, sees its first `sinks` and the `window` tokens before."
-    B, Hq, T, _ = query.shape
-    g = Hq // key.shape[1]
+    out, g, T = causal_attention(query, key, value, scaling, sliding), query.shape[1] // key.shape[1], query.shape[2]
     t, p = torch.arange(T, device=query.device)[:, None], torch.arange(T, device=query.device)
-    mask = (p <= t).expand(B, Hq, T, T).clone() # as the cache reads: the rows kept at the last step, and the new one
-    for rows, h in evicts: mask[rows, h * g:(h + 1) * g] = (p <= t) & ((p < sinks) | (p >= t - window))
-    out = F.scaled_dot_product_attention(query, key.repeat_interleave(g, 1), value.repeat_interleave(g, 1),
-                                         attn_mask=mask, scale=scaling)
-    return out.transpose(1, 2)
+    # as the cache reads: the rows kept at the last step, and the new one; a sliding layer forgets its sinks in time
+    kept = (p <= t) & ((p < sinks) | (p >= t - window)) & (p > t - (sliding or T)) # (T, T)
+    for rows, h in evicts: # one head's query heads at a time: its (T, T) mask, not the batch's
+        out[rows, :, h * g:(h + 1) * g] = F.scaled_dot_product_attention(
+            query[rows, h * g:(h + 1) * g], key[rows, h, None], value[rows, h, None], attn_mask=kept, scale=scaling,
+            enable_gqa=True).transpose(1, 2)
+    return out
 
 # %% ../nbs/11b_sensitivity.ipynb #e1a90010
 def check_drop_group(drop_group, window:int|None, recent:int|None, # rows an evicting head drops at once, with these
@@ -179,46 +151,28 @@ def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv,
                    sinks:int, window:int, recent:int, # each keeps its sinks and `window` rows, `recent` the newest
                    prefill:int, # tokens read exactly, as one chunk, before the first eviction
                    chunk:int=16, # tokens written at once, as protocol P writes them
-                   drop_group:int=1) -> torch.Tensor: # rows dropped at once (`kept_quota`); (B, T, H_q, D)
+                   drop_group:int=1, # rows dropped at once (`kept_quota`)
+                   sliding:int|None=None) -> torch.Tensor: # the layer's sliding window; (B, T, H_q, D)
     ("Causal attention where each listed KV head, on its rows, keeps what `kept_rows` keeps after the prefill and "
      "after each `chunk`, by the attention its queries gave each row since it arrived: one way, chunked as protocol "
      "P writes the cache.")
-    out, g = causal_attention(query, key, value, scaling), query.shape[1] // key.shape[1]
+    out, g = causal_attention(query, key, value, scaling, sliding), query.shape[1] // key.shape[1]
     T = query.shape[2]
     t = torch.arange(T, device=query.device)
+    seen = (t[None] <= t[:, None]) & (t[None] > t[:, None] - (sliding or T)) # (T, T): what each query may see at all
     for rows, h in evicts:
         q, k, v = query[rows, h * g:(h + 1) * g].float(), key[rows, h, None].float(), value[rows, h, None].float()
         scores = (q @ k.transpose(-1, -2)) * scaling # (b, g, T, T)
-        received = torch.softmax(scores.masked_fill(t > t[:, None], -math.inf), -1)[:, :, :prefill].sum((1, 2))
+        received = torch.softmax(scores.masked_fill(~seen, -math.inf), -1)[:, :, :prefill].sum((1, 2))
         held = kept_rows(received, (t < prefill).expand_as(received), prefill, sinks, window, recent, drop_group)
         for c0 in range(prefill, T, chunk):
             new = (t >= c0) & (t < c0 + chunk)
-            visible = (held[:, None, None] | new) & (t <= t[c0:c0 + chunk, None]) # (b, 1, n, T)
+            visible = (held[:, None, None] | new) & seen[c0:c0 + chunk] # (b, 1, n, T)
             p = torch.softmax(scores[:, :, c0:c0 + chunk].masked_fill(~visible, -math.inf), -1)
             out[rows, c0:c0 + chunk, h * g:(h + 1) * g] = (p @ v).transpose(1, 2).to(out.dtype)
             received = received + p.sum((1, 2))
             held = kept_rows(received, held | new, min(c0 + chunk, T), sinks, window, recent, drop_group)
     return out
-
-# %% ../nbs/11b_sensitivity.ipynb #d45e87bc
-@torch.no_grad()
-def eviction_costs(model, windows:torch.Tensor, # (W, T) calibration ids
-                   layer_idx:int, exact_logp:torch.Tensor, # (W, scored, V) the exact model's
-                   window:int, sinks:int=4,
-                   recent:int|None=None, # of its window, the newest; the rest the most attended
-                   drop_group:int=1) -> torch.Tensor: # with `recent`, rows dropped at once; (H_kv,)
-    ("KL each KV head of one layer costs alone when it keeps only its first `sinks` and `window` tokens: the newest, "
-     "or with `recent` the newest `recent` and the most attended (`kept_attention`).")
-    H, W = ModelSpec.of(model).n_kv_heads, windows.shape[0]
-    evicts = [(slice(h * W, (h + 1) * W), h) for h in range(H)] # copy h of the batch: head h evicts
-    def attend(i, q, k, v, scaling):
-        if i != layer_idx: return causal_attention(q, k, v, scaling)
-        if recent is None: return evicting_attention(q, k, v, scaling, evicts, sinks, window)
-        return kept_attention(q, k, v, scaling, evicts, sinks, window, recent, windows.shape[1] - exact_logp.shape[1],
-                              drop_group=drop_group)
-    with attention_override(model, attend), batch_repeated(model, layer_idx, H):
-        logits = model(windows, use_cache=False, logits_to_keep=exact_logp.shape[1]).logits
-    return _kl(exact_logp, logits)
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000015
 @dataclass
@@ -239,7 +193,9 @@ class Sensitivity:
         d = dict(cost=self.cost.tolist(), bits=list(self.bits), family=asdict(self.family), shape=self.shape,
                  source=self.source, window=self.window, evict=None if self.evict is None else self.evict.tolist(),
                  residual=self.residual, recent=self.recent, drop_group=self.drop_group)
-        Path(path).write_text(json.dumps(d, indent=1))
+        tmp = Path(f'{path}.{os.getpid()}.tmp') # written whole, then renamed: a file read back is never half-written
+        tmp.write_text(json.dumps(d, indent=1))
+        os.replace(tmp, path)
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000016
 def _check_calibration(s:Sensitivity) -> Sensitivity:
@@ -300,39 +256,6 @@ def shipped_sensitivity(shape:tuple, family:FormatFamily, # a model's `model_sha
     unlike = lambda s: (s.window != window, s.recent != recent, s.drop_group != drop_group,
                         s.residual != residual) # False sorts first
     return min(found, key=lambda f: unlike(f[1]))[0] if found else None
-
-# %% ../nbs/11b_sensitivity.ipynb #a1000017
-@torch.no_grad()
-def measure_sensitivity(model, windows:torch.Tensor, # (W, T) calibration ids, disjoint from evaluation text
-                        family:FormatFamily=FormatFamily(), bits:tuple=FORMAT_BITS, sinks:int=4,
-                        scored:int|None=None, # positions scored at the end of each window (None: the last half)
-                        residual:int|None=None, # newest tokens read at fp16, as the cache holds them; None: none
-                        window:int|None=64, # newest tokens an evicting head keeps (None: eviction not measured)
-                        recent:int|None=None, # of them, the newest; the rest the most attended (None: all newest)
-                        drop_group:int=1, # with `recent`: rows an evicting head drops at once (`kept_quota`)
-                        evict_windows:torch.Tensor|None=None, # (W', T') ids eviction is measured on (None: `windows`)
-                        widths:Sensitivity|None=None, # width costs measured before on these windows: kept as they are
-                        source:str='', progress=None) -> Sensitivity: # progress(layer_idx, n_layers) after each
-    "Each (layer, KV head)'s keys and values at each width, and each head evicting: the KL it alone adds."
-    check_drop_group(drop_group, window, recent)
-    spec, device = ModelSpec.of(model), next(model.parameters()).device
-    exact_on = lambda w, n: F.log_softmax(model(w, use_cache=False, logits_to_keep=n).logits.float(), -1)
-    windows = windows.to(device)
-    exact = exact_on(windows, scored or windows.shape[1] // 2) if widths is None else None
-    if window is not None:
-        evict_windows = windows if evict_windows is None else evict_windows.to(device)
-        evict_exact = exact_on(evict_windows, scored or evict_windows.shape[1] // 2)
-    group = family.key_group if family.key_axis == 'channel' else None
-    held = None if residual is None else held_exact(windows.shape[1], sinks, residual, group)
-    costs, evict = [], []
-    for i in range(spec.n_layers):
-        if widths is None: costs.append(layer_costs(model, windows, i, family, exact, bits, sinks, exact=held))
-        if window is not None: evict.append(eviction_costs(model, evict_windows, i, evict_exact, window, sinks, recent,
-                                                  drop_group))
-        if progress: progress(i, spec.n_layers)
-    cost, residual = (widths.cost, widths.residual) if widths is not None else (torch.stack(costs), residual)
-    return Sensitivity(cost, tuple(bits), family, model_shape(spec), source,
-                       torch.stack(evict) if evict else None, window, residual, recent if evict else None, drop_group)
 
 # %% ../nbs/11b_sensitivity.ipynb #5e0c0a02
 def pooling_differences(s:Sensitivity, first:Sensitivity,
@@ -423,178 +346,3 @@ def _fill(cost, rb, choice:torch.Tensor, budget:float) -> torch.Tensor:
         if gain.flatten()[best] <= 0: return choice
         i, j = divmod(best, rb.shape[1])
         left -= extra[i, j].item(); choice[i] = j
-
-# %% ../nbs/11b_sensitivity.ipynb #a1000023
-def calibration_set(tokenizer, texts:list[str], windows:int, length:int, repeat:int) -> torch.Tensor:
-    "`(len(texts)·windows, length)` calibration windows: `copy_windows` of each text, in turn."
-    return torch.cat([copy_windows(tokenize(tokenizer, load_text(t)[0]), windows, length, repeat) for t in texts])
-
-# %% ../nbs/11b_sensitivity.ipynb #a1000031
-def _count_or_none(s:str) -> int|None:
-    "`--residual`, `--window`: a token count, or 'none'."
-    if s == 'none': return None
-    try: return int(s)
-    except ValueError: raise argparse.ArgumentTypeError(f"expected a token count or 'none', got {s!r}") from None
-
-def _pool_part(s:str) -> tuple[str, int]:
-    "`--pool-with`: FILE=WINDOWS, a calibration and the windows it averaged ('auto': the one shipped for the model)."
-    path, eq, n = s.rpartition('=')
-    if not (eq and path and n.isdigit() and int(n) >= 1):
-        raise argparse.ArgumentTypeError(f"expected FILE=WINDOWS, a calibration and the number (>= 1) of windows it "
-                                         f"averaged, got {s!r}")
-    return path, int(n)
-
-def _resolve_plan_rows(o):
-    "`--window`, `--residual`, `--recent` and `--drop-group` as given, else as `stratigraphic:ratio=R` keeps its rows."
-    from kvstrat.stratigraphic import Stratigraphic # it builds on this module: imported when the command runs
-    if not o.ratio >= 1: raise ValueError(f"--ratio must be >= 1 (the plan's compression), got {o.ratio}")
-    given = {k: getattr(o, k) for k in ('window', 'recent', 'drop_group') if hasattr(o, k)}
-    plan = Stratigraphic(ratio=o.ratio, **given) # the rest as the plan at R takes them, beside what is given
-    for k in ('window', 'residual', 'recent', 'drop_group'): setattr(o, k, getattr(o, k, getattr(plan, k))) # by ratio
-
-def _measures_eviction(o) -> bool: return o.window is not None and not o.only_widths # --window none: no eviction
-
-def _check_options(o):
-    "Every option in its range and `--out` writable, before the model loads: a long measurement is not lost at the end."
-    if o.only_eviction and o.only_widths: raise ValueError("--only-eviction and --only-widths exclude each other")
-    if o.only_eviction and o.window is None:
-        raise ValueError("--only-eviction measures eviction, which --window none turns off: give --window N, N >= 1")
-    if o.pool_with and (o.only_eviction or o.only_widths):
-        raise ValueError("--pool-with pools a whole measurement: not with --only-eviction or --only-widths")
-    for name in ('windows', 'length', 'repeat', 'group', 'evict_length', 'threads'):
-        if (n := getattr(o, name)) is not None and n < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {n}")
-    if o.residual is not None and o.residual < 0: raise ValueError(f"--residual must be >= 0, got {o.residual}")
-    if o.window is not None and o.window < 1: # stratigraphic:window=0 reads 'by ratio': a calibration measures one
-        raise ValueError(f"--window must be a token count >= 1, or 'none' to measure no eviction, got {o.window} "
-                         "(stratigraphic's window=0 picks a window by ratio: leave --window out and give --ratio R "
-                         "to measure the one the plan at R keeps)")
-    if o.recent is not None and not (_measures_eviction(o) and 0 <= o.recent <= o.window):
-        raise ValueError(f"--recent {o.recent}: the newest of the --window tokens an evicting head keeps, so from 0 to "
-                         f"--window ({o.window}), with eviction measured")
-    check_drop_group(o.drop_group, o.window, o.recent, '--drop-group')
-    lengths = [('length', o.length)] + ([('evict-length', o.evict_length)] if _measures_eviction(o) else [])
-    for name, n in lengths:
-        if not o.repeat < n // 2:
-            raise ValueError(f"--repeat must be below half of --{name} ({n // 2}), got {o.repeat}")
-    if _measures_eviction(o) and o.evict_length <= o.window:
-        raise ValueError(f"--evict-length {o.evict_length} must exceed --window {o.window}: a head keeps its newest "
-                         "--window tokens, so shorter windows would measure eviction as free")
-    if o.device: check_device(o.device)
-    out = Path(o.out)
-    if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
-        raise ValueError(f"--out {o.out}: not a file that can be written in an existing directory")
-
-# %% ../nbs/11b_sensitivity.ipynb #p001a003
-def _pooled_part(path:str, s:Sensitivity, measured:Sensitivity, # what this run measures: its costs as zeros
-                 model:bool) -> Sensitivity: # False: before the model loads, its shape unknown
-    "`s`, read from `--pool-with path`, if it was measured as this run measures (`measured`); else a clear error."
-    if differs := pooling_differences(s, measured, model):
-        raise ValueError(f"--pool-with {path} was measured with a different {', '.join(differs)} than this run: "
-                         "pool calibrations measured alike (the same --group, --rotate, --window, --recent, "
-                         "--drop-group and --residual, on the same model)")
-    return s
-
-def _shipped_part(m:Sensitivity) -> str: # what this run measures, on a model of its shape
-    "`--pool-with auto`: the calibration shipped for this model shape in these formats (this window, these rows)."
-    if p := shipped_sensitivity(m.shape, m.family, m.window, m.residual, m.recent, m.drop_group): return str(p)
-    raise ValueError(f"--pool-with auto: no calibration ships for this model's shape {m.shape} (type, layers, KV "
-                     f"heads, head_dim) in these formats ({m.family}): pool with a file")
-
-# %% ../nbs/11b_sensitivity.ipynb #a1000024
-def main(argv=None) -> int:
-    "`kvstrat-calibrate`: measure a model's per-head precision sensitivity and write it as JSON."
-    p = OneLineParser(prog='kvstrat-calibrate', description=main.__doc__)
-    p.add_argument('--model', default='smollm2-135m', help='alias, hub id or local directory')
-    p.add_argument('--texts', nargs='+', default=['wikitext2', 'austen'])
-    p.add_argument('--windows', type=int, default=2, help='windows per text, every other one with a passage to copy')
-    p.add_argument('--length', type=int, default=320); p.add_argument('--repeat', type=int, default=128)
-    p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
-    p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
-                   help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
-    p.add_argument('--ratio', type=float, default=4.0, help="the stratigraphic ratio the calibration is for: --window, "
-                   "--recent, --drop-group and --residual default to the rows stratigraphic:ratio=R keeps")
-    p.add_argument('--window', type=_count_or_none, default=argparse.SUPPRESS,
-                   help="newest tokens an evicting head keeps; 'none': measure no eviction (default: by --ratio)")
-    p.add_argument('--recent', type=_count_or_none, default=argparse.SUPPRESS,
-                   help="of the --window, the newest tokens an evicting head keeps; the rest are the rows it attended "
-                   "most (stratigraphic:recent); 'none': all the newest (default: by --ratio)")
-    p.add_argument('--drop-group', type=int, default=argparse.SUPPRESS,
-                   help="with --recent, the rows an evicting head drops at once when it holds more than --window "
-                   "(stratigraphic:drop_group; default: by --ratio)")
-    p.add_argument('--evict-length', type=int, default=1024,
-                   help='tokens per window eviction is measured on: its cost grows with what lies past the window')
-    p.add_argument('--only-eviction', action='store_true',
-                   help="keep the width costs in --out (measured on these windows) and measure eviction alone")
-    p.add_argument('--only-widths', action='store_true', help="keep the eviction costs in --out, measure widths alone")
-    p.add_argument('--residual', type=_count_or_none, default=argparse.SUPPRESS,
-                   help="newest tokens (stratigraphic:residual) each query reads at fp16, with the rest of their key "
-                   "group, while the widths are measured, as the cache holds them; 'none': only the sinks "
-                   "(default: by --ratio)")
-    p.add_argument('--pool-with', nargs='+', default=[], type=_pool_part, metavar='FILE=WINDOWS',
-                   help="pool the measurement with these calibrations, each weighted by the windows it averaged, as "
-                   "one run over all their windows would measure; 'auto': the one shipped for the model (SmolLM2's "
-                   "averaged 4)")
-    p.add_argument('--out', required=True); p.add_argument('--device'); p.add_argument('--threads', type=int)
-    o = p.parse_args(argv)
-    try:
-        _resolve_plan_rows(o)
-        _check_options(o)
-        if o.threads: torch.set_num_threads(o.threads)
-        kept = load_sensitivity(o.out) if o.only_eviction or o.only_widths else None
-        family = FormatFamily(key_group=o.group, rotate=o.rotate)
-        if kept is not None and kept.family != family:
-            raise ValueError(f"{o.out} was measured for {kept.family}, not {family}")
-        if o.only_widths and kept.evict is None: raise ValueError(f"{o.out} holds no eviction costs to keep")
-        evicts = _measures_eviction(o)
-        measured = Sensitivity(torch.zeros(0), FORMAT_BITS, family, evict=torch.zeros(0) if evicts else None,
-                               window=o.window if evicts else None, residual=o.residual,
-                               recent=o.recent if evicts else None, drop_group=o.drop_group) # what this run measures
-        for path, _ in o.pool_with: # each file checked before the model loads; 'auto' needs the model's shape
-            if path != 'auto': _pooled_part(path, load_sensitivity(path), measured, model=False)
-        model, tok = load_model(o.model, o.device)
-        if tok is None: raise ValueError(f"--model {o.model} has no tokenizer, and calibration reads text: give a hub "
-                                         "id, a local directory with one, or an alias")
-        shape = model_shape(ModelSpec.of(model))
-        zeros = lambda *s: torch.zeros(shape[1], shape[2], *s) # (layers, KV heads, ...)
-        measured = replace(measured, shape=shape, cost=zeros(2, len(FORMAT_BITS)), evict=zeros() if evicts else None)
-        parts = [(_shipped_part(measured) if f == 'auto' else f, n) for f, n in o.pool_with]
-        pool = [(_pooled_part(path, load_sensitivity(path), measured, True), n) for path, n in parts]
-        if kept is not None and kept.shape != shape:
-            raise ValueError(f"{o.out} was measured on a model of shape {kept.shape}, not {o.model}")
-        windows = calibration_set(tok, o.texts, o.windows, o.length, o.repeat)
-        evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if evicts else None
-    except (ValueError, OSError, NotImplementedError, KeyError) as e:
-        print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
-    t0 = time.time()
-    report = lambda i, n: print(f'layer {i + 1}/{n} measured, {time.time() - t0:.0f} s', file=sys.stderr, flush=True)
-    texts = ', '.join(load_text(t)[1] for t in o.texts) # as resolved: 'python' records its version
-    source = (f"{o.model} on {texts}: {o.windows} windows of {o.length} tokens per text outside every "
-              f"evaluation window, every other one ending in a {o.repeat}-token passage repeated from its start; "
-              f"KL over the last {o.length // 2} positions")
-    if o.residual is not None: source += (f", each reading its {o.residual} newest tokens and the rest of their key "
-                                          "group at fp16")
-    if o.only_eviction and kept.source.split('; eviction')[0] != source:
-        print(f"kvstrat-calibrate: error: {o.out}'s widths were measured otherwise ({kept.source}): give the same "
-              "--windows, --length, --repeat and --residual", file=sys.stderr)
-        return 2
-    if evicts: source += (f"; eviction beyond {o.window} tokens" + (f", the newest {o.recent} of them and the most "
-                          "attended, chunked as protocol P" if o.recent is not None else '')
-                          + (f", dropping {o.drop_group} rows at once" if o.drop_group > 1 else '')
-                          + f", on {o.windows} such "
-                          f"windows of {o.evict_length} tokens per text, KL over the last {o.evict_length // 2}")
-    s = measure_sensitivity(model, windows, family, window=o.window if evicts else None, recent=o.recent,
-                            drop_group=o.drop_group,
-                            evict_windows=evict_windows, widths=kept if o.only_eviction else None,
-                            residual=o.residual, source=source, progress=report)
-    if o.only_widths: # the eviction costs kept, and what they were measured on
-        s.evict, s.window, s.recent, s.drop_group = kept.evict, kept.window, kept.recent, kept.drop_group
-        s.source += '; eviction' + kept.source.partition('; eviction')[2]
-    if pool: s = pool_sensitivities([(s, o.windows * len(o.texts)), *pool]) # eviction too: on as many windows
-    s.save(o.out)
-    print(f'wrote {o.out}' + (f', pooled with {len(pool)} calibration(s)' if pool else ''), file=sys.stderr)
-    return 0
-
-# %% ../nbs/11b_sensitivity.ipynb #a1000025
-from fastcore.imports import in_notebook
-if __name__ == "__main__" and not in_notebook(): sys.exit(main())

@@ -1,4 +1,4 @@
-"""Where a layer's tokens live: tiers of fp, INT8, INT4, INT3, INT2 or low-rank rows per (batch, KV head), with add, select, move, gather, crop and bytes counted from the tensors held. It knows nothing of strategies.
+"""Where a layer's tokens live: tiers of fp, INT8, INT4, INT3, INT2 or low-rank rows per (batch, KV head), with add, select, move, gather, crop, forget and bytes counted from the tensors held. It knows nothing of strategies.
 
 Docs: https://kvstrat.github.io/kvstrat/store.html.md"""
 
@@ -6,232 +6,13 @@ Docs: https://kvstrat.github.io/kvstrat/store.html.md"""
 
 # %% ../nbs/04_store.ipynb #a069d8fb
 from __future__ import annotations
-import functools
 from collections import Counter
-from dataclasses import dataclass
 from fastcore.basics import patch
 import torch
-import torch.nn.functional as F
-from .quant import quantize, unpack_bits, hadamard, scale_values, SCALE_BITS
-from . import kernels
+from .formats import *
 
 # %% auto #0
-__all__ = ['FP16', 'EMPTY_SLOT', 'TierSpec', 'head_starts', 'index_in_head', 'Encoded', 'group_heads', 'rotation', 'encode_rows',
-           'encode_pair', 'decode_rows', 'select_rows', 'interleave', 'merge_rows', 'fit_basis', 'lowrank_add',
-           'lowrank_decode', 'TierStore', 'LayerStore', 'format_name']
-
-# %% ../nbs/04_store.ipynb #9e31e382
-@dataclass(frozen=True)
-class TierSpec:
-    "How one tier stores its tokens."
-    bits: int|None = None # None: floating point; else 8, 4, 3 or 2 bits, packed
-    key_axis: str = 'channel' # 'channel': key groups run along tokens (KIVI); 'token': along head_dim
-    key_group: int = 32 # tokens per key group ('channel') or channels per group ('token')
-    value_group: int = 32 # channels per value group (values are always grouped per token)
-    symmetric: bool = False # scale only, no zero-point (the naive INT8/INT4 of the original)
-    fp_dtype: torch.dtype|None = torch.float16 # storage dtype of a float tier; None keeps the model's dtype
-    rotate: bool = False # quantise x @ H (H an orthonormal Hadamard matrix) to spread outliers; rows decode as y @ Hᵀ
-    rank: int|None = None # a low-rank tier: each row as `rank` fp16 coefficients on its head's frozen basis
-    scale_bits: int = 16 # 16: fp16 scales; 8: 8-bit log2 codes, rounded up (`kvstrat.quant.log_scale_encode`)
-    value_bits: int|None = None # values' bit width in an integer tier, when not the keys'; None: `bits`
-
-    def __post_init__(self):
-        if self.bits not in (None, 8, 4, 3, 2): raise ValueError(f"unsupported bit width {self.bits}: use 8, 4, 3 or 2")
-        if self.rank is not None and (self.bits is not None or self.rank < 1):
-            raise ValueError(f"a low-rank tier needs bits=None and rank >= 1, got bits={self.bits}, rank={self.rank}")
-        if self.key_axis not in ('channel', 'token'):
-            raise ValueError(f"key_axis must be 'channel' or 'token', got {self.key_axis!r}")
-        if self.symmetric and self.key_axis == 'channel':
-            raise ValueError("symmetric quantisation is per token only: use key_axis=token or symmetric=false")
-        if self.scale_bits not in SCALE_BITS:
-            raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {self.scale_bits}")
-        if self.value_bits is not None:
-            if self.bits is None: raise ValueError("value_bits needs an integer tier (bits 8, 4, 3 or 2), "
-                                                   f"not a float or low-rank one, got value_bits={self.value_bits}")
-            if self.value_bits not in (8, 4, 3, 2):
-                raise ValueError(f"unsupported value bit width {self.value_bits}: use 8, 4, 3 or 2")
-            if self.value_bits == self.bits: object.__setattr__(self, 'value_bits', None) # one format, one spelling
-
-    def bits_of(self, is_key:bool) -> int|None:
-        "The bit width of the tier's keys (`is_key`) or values; None in a float or low-rank tier."
-        return self.bits if is_key or self.value_bits is None else self.value_bits
-
-FP16 = TierSpec()
-
-# %% ../nbs/04_store.ipynb #6d6fe305
-def head_starts(counts:torch.Tensor) -> torch.Tensor: # (n_heads,) rows each head holds
-    "(n_heads,) index of each head's first row in the head-major layout."
-    return torch.cumsum(counts, 0) - counts
-
-def index_in_head(heads:torch.Tensor, # (N,) head of each row, sorted (head-major)
-                  counts:torch.Tensor) -> torch.Tensor: # (n_heads,) rows each head holds
-    "(N,) 0-based index of each row within its head's block."
-    return torch.arange(len(heads), device=heads.device) - head_starts(counts)[heads]
-
-# %% ../nbs/04_store.ipynb #49ba54c5
-def _run_groups(heads:torch.Tensor, # (n,) head of each new row, sorted
-                size:int) -> torch.Tensor:
-    "Group id (0..G-1) of each row: consecutive runs of at most `size` rows of one head."
-    rank = index_in_head(heads, torch.bincount(heads))
-    new_group = (rank % size == 0) # a head's first row has rank 0, so it always starts a group
-    return torch.cumsum(new_group.long(), 0) - 1
-
-# %% ../nbs/04_store.ipynb #0fa99ebe
-@dataclass
-class Encoded:
-    "One tensor's rows in a tier: packed codes (or floats, or low-rank coefficients) plus fp16 group parameters."
-    data: torch.Tensor # (N, D) floats, (N, D*bits/8) packed uint8 codes, or (N, rank) low-rank coefficients
-    scale: torch.Tensor|None = None # (N, D/g) per token, (G, D) per channel group, or (G, D, rank) a low-rank basis
-    zero: torch.Tensor|None = None # same shape as `scale` ((G, D): the low-rank mean); None when symmetric
-    group_sizes: torch.Tensor|None = None # (G,) rows per channel group (per head in a low-rank tier)
-
-    def tensors(self): return [t for t in (self.data, self.scale, self.zero, self.group_sizes) if t is not None]
-    @property
-    def nbytes(self) -> int: return sum(t.nbytes for t in self.tensors())
-
-# %% ../nbs/04_store.ipynb #164ce3ce
-def _grouped(spec:TierSpec, is_key:bool) -> bool:
-    "Do runs of consecutive rows share parameters? Per-channel keys do, and a low-rank tier's heads."
-    return spec.rank is not None or (spec.bits is not None and is_key and spec.key_axis == 'channel')
-
-# %% ../nbs/04_store.ipynb #e3a359a9
-def group_heads(e:Encoded, heads:torch.Tensor) -> torch.Tensor: # (N,) head of each row
-    "(G,) head of each row group (per-channel or low-rank): the head of its last row."
-    return heads[torch.cumsum(e.group_sizes.long(), 0) - 1]
-
-# %% ../nbs/04_store.ipynb #b602b8d1
-@functools.lru_cache(maxsize=8)
-def rotation(D:int, device) -> torch.Tensor: return hadamard(D).to(device) # (D, D), built once per size
-
-# %% ../nbs/04_store.ipynb #19481b17
-def _fused_quantize(x:torch.Tensor, spec:TierSpec, is_key:bool, group:int) -> bool:
-    "Do the CPU kernels quantise these rows (per-token groups, fp16 scales)?"
-    return x.ndim == 2 and spec.scale_bits == 16 and kernels.supports(x, spec.bits_of(is_key), x.shape[-1], group)
-
-# %% ../nbs/04_store.ipynb #50130f89
-def _encode_channel_groups(x:torch.Tensor, heads:torch.Tensor, spec:TierSpec) -> Encoded:
-    "Per-channel key groups: runs of `key_group` rows of one head share a scale and zero-point per channel."
-    gid = _run_groups(heads, spec.key_group)
-    sizes = torch.bincount(gid)
-    # Lay the groups out as (G, key_group, D), padding short groups with a copy of their last row:
-    # a repeated row changes neither the minimum nor the maximum, so the group's scale is unaffected.
-    first = head_starts(sizes)
-    slot = torch.arange(len(x), device=x.device) - first[gid]
-    padded = x[first + sizes - 1][:, None, :].repeat(1, spec.key_group, 1) # (G, key_group, D)
-    padded[gid, slot] = x
-    q = quantize(padded, spec.bits_of(True), spec.key_group, 'channel', scale_bits=spec.scale_bits)
-    return Encoded(q.packed[gid, slot], q.scale[:, 0], q.zero[:, 0], sizes.to(torch.int32))
-
-# %% ../nbs/04_store.ipynb #e9111bc5
-def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
-                heads:torch.Tensor, # (n,) flattened head of each row
-                spec:TierSpec, is_key:bool) -> Encoded:
-    "Encode new rows for a tier: cast for a float tier, else quantise and pack."
-    if spec.bits is None: return Encoded(x.to(spec.fp_dtype or x.dtype))
-    if spec.rotate: x = x.float() @ rotation(x.shape[-1], x.device)
-    if is_key and spec.key_axis == 'channel': return _encode_channel_groups(x, heads, spec)
-    group, bits = (spec.key_group if is_key else spec.value_group), spec.bits_of(is_key)
-    if _fused_quantize(x, spec, is_key, group) and (fused := kernels.quantize_rows(x, bits, group, spec.symmetric)):
-        return Encoded(*fused) # the same bits as `quantize`, in one call (it refuses NaN/Inf: `quantize` raises)
-    q = quantize(x, bits, group, 'token', spec.symmetric, spec.scale_bits)
-    return Encoded(q.packed, q.scale, q.zero)
-
-# %% ../nbs/04_store.ipynb #74bcc413
-def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows, sorted by head
-                heads:torch.Tensor, spec:TierSpec) -> tuple[Encoded, Encoded]:
-    "Encode new keys and values; one torch quantisation for both when they share a per-token format (fewer ops)."
-    if (spec.bits is None or spec.key_axis != 'token' or spec.key_group != spec.value_group # cheap apart
-        or spec.value_bits is not None or _fused_quantize(k, spec, True, spec.key_group)): # or one kernel call each
-        return encode_rows(k, heads, spec, True), encode_rows(v, heads, spec, False)
-    both = encode_rows(torch.stack([k, v]), heads, spec, False) # (2, n, ...) per token: keys group like values here
-    return tuple(Encoded(both.data[i], both.scale[i], None if both.zero is None else both.zero[i]) for i in range(2))
-
-# %% ../nbs/04_store.ipynb #78f62790
-def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: # (N, D) float32
-    bits = spec.bits_of(is_key)
-    codes = unpack_bits(e.data, bits, D).to(torch.float32) # (N, D), then scaled in place: no temporaries
-    if is_key and spec.key_axis == 'channel':
-        sizes = e.group_sizes.long()
-        scale, zero = scale_values(e.scale).repeat_interleave(sizes, 0), e.zero.float().repeat_interleave(sizes, 0)
-        return codes.mul_(scale).add_(zero)
-    g = spec.key_group if is_key else spec.value_group
-    grouped = codes.view(len(codes), D // g, g) # broadcast each group's scale instead of repeating it
-    scale = scale_values(e.scale)[..., None]
-    if spec.symmetric: grouped.sub_(2 ** (bits - 1)).mul_(scale)
-    else: grouped.mul_(scale).add_(e.zero.float()[..., None])
-    return codes
-
-# %% ../nbs/04_store.ipynb #11790777
-def decode_rows(e:Encoded, spec:TierSpec, is_key:bool, D:int, dtype:torch.dtype) -> torch.Tensor:
-    "The stored rows `(N, D)` back in `dtype`."
-    if spec.rank is not None: return lowrank_decode(e, D).to(dtype)
-    if spec.bits is None: return e.data.to(dtype)
-    if spec.rotate: return (_dequantize(e, spec, is_key, D) @ rotation(D, e.data.device).T).to(dtype)
-    return _dequantize(e, spec, is_key, D).to(dtype)
-
-# %% ../nbs/04_store.ipynb #c0596546
-def select_rows(e:Encoded, keep:torch.Tensor, # (N,) bool
-                spec:TierSpec, is_key:bool) -> Encoded:
-    "The rows where `keep` is True; groups (per-channel, or a low-rank head's) that lose all their rows are dropped."
-    if _grouped(spec, is_key):
-        G = len(e.group_sizes)
-        gid = torch.repeat_interleave(torch.arange(G, device=e.group_sizes.device), e.group_sizes.long())
-        sizes = torch.bincount(gid[keep], minlength=G)
-        alive = sizes > 0
-        return Encoded(e.data[keep], e.scale[alive], e.zero[alive], sizes[alive].to(torch.int32))
-    if spec.bits is None: return Encoded(e.data[keep])
-    return Encoded(e.data[keep], e.scale[keep], None if e.zero is None else e.zero[keep])
-
-# %% ../nbs/04_store.ipynb #34cd08cd
-def interleave(a:torch.Tensor, a_counts:list, # (Na, ...) head-major rows, and each head's count
-               b:torch.Tensor, b_counts:list) -> torch.Tensor: # (Nb, ...) likewise
-    "`(Na+Nb, ...)`: head by head, that head's rows of `a`, then its rows of `b` (one copy, no index)."
-    if len(set(a_counts)) == 1 and len(set(b_counts)) == 1: # every head alike: one cat of `(heads, rows, ...)` views
-        per_head = lambda x, n: x.view(len(a_counts), n, *x.shape[1:])
-        return torch.cat([per_head(a, a_counts[0]), per_head(b, b_counts[0])], 1).flatten(0, 1)
-    return torch.cat([x for pair in zip(a.split(a_counts), b.split(b_counts)) for x in pair])
-
-# %% ../nbs/04_store.ipynb #5fabfb81
-def merge_rows(a:Encoded, b:Encoded, a_rows:list, b_rows:list, # rows per head of each
-               a_groups:list|None=None, b_groups:list|None=None) -> Encoded: # channel groups per head of each
-    "Each head's rows of `a` followed by its rows of `b` (and its channel groups likewise)."
-    rows = lambda x, y: None if x is None else interleave(x, a_rows, y, b_rows)
-    if a_groups is None: return Encoded(rows(a.data, b.data), rows(a.scale, b.scale), rows(a.zero, b.zero))
-    groups = lambda x, y: interleave(x, a_groups, y, b_groups)
-    return Encoded(rows(a.data, b.data), groups(a.scale, b.scale), groups(a.zero, b.zero),
-                   groups(a.group_sizes, b.group_sizes))
-
-# %% ../nbs/04_store.ipynb #6c4b7df0
-def fit_basis(x:torch.Tensor, # (n, D) the first rows of one head to reach the tier
-              rank:int) -> tuple[torch.Tensor, torch.Tensor]:
-    "fp16 mean `(D,)` and basis `(D, rank)`: the top-`rank` right singular vectors of the centred rows."
-    mean = x.float().mean(0)
-    xc = F.pad(x.float() - mean, (0, 0, 0, max(0, rank - len(x)))) # zero rows add no direction, but give `rank` vectors
-    return mean.half(), torch.linalg.svd(xc, full_matrices=False).Vh[:rank].T.half()
-
-def lowrank_add(e:Encoded|None, # the tier's rows so far (None: none yet)
-                old:torch.Tensor, # (N,) head of each stored row
-                x:torch.Tensor, heads:torch.Tensor, # (n, D) new rows, (n,) their heads, sorted
-                rank:int, order:torch.Tensor) -> Encoded: # (N+n,) order of the merged rows, head-major
-    "The tier with `x` added: each new row projected once on its head's frozen basis, fitted now if the head has none."
-    ghead = [] if e is None else group_heads(e, old).tolist()
-    bases = {} if e is None else dict(zip(ghead, zip(e.zero, e.scale))) # head -> (mean, basis)
-    coeffs = torch.empty(len(x), rank, dtype=torch.float16, device=x.device) # (n, rank)
-    for h in heads.unique().tolist():
-        rows = heads == h
-        if h not in bases: bases[h] = fit_basis(x[rows], rank)
-        mean, basis = bases[h]
-        coeffs[rows] = ((x[rows].float() - mean.float()) @ basis.float()).half() # optimal for the stored fp16 basis
-    hs = sorted(bases)
-    data = coeffs if e is None else torch.cat([e.data, coeffs])
-    sizes = torch.bincount(torch.cat([old, heads]))[hs].to(torch.int32)
-    return Encoded(data[order], torch.stack([bases[h][1] for h in hs]), torch.stack([bases[h][0] for h in hs]), sizes)
-
-def lowrank_decode(e:Encoded, D:int) -> torch.Tensor:
-    "Rows `(N, D)` in float32: each head's `mean + coeffs @ basisᵀ`."
-    coeffs = e.data.split(e.group_sizes.tolist()) # (n_h, rank) per head
-    parts = [m.float() + c.float() @ b.float().T for c, m, b in zip(coeffs, e.zero, e.scale)]
-    return torch.cat(parts) if parts else torch.zeros(0, D, device=e.data.device)
+__all__ = ['EMPTY_SLOT', 'TierStore', 'LayerStore', 'format_name']
 
 # %% ../nbs/04_store.ipynb #3117ba79
 class TierStore:
@@ -338,8 +119,8 @@ def gather_batches(self:TierStore, batch_idx:torch.Tensor, B:int):
         def groups(e, grouped):
             if not grouped: return None
             return _blocks(torch.bincount(group_heads(e, self.heads()), minlength=self.n_heads).view(B, -1), batch_idx)
-        self.k = _take(self.k, rows, groups(self.k, _grouped(self.spec, True)))
-        self.v = _take(self.v, rows, groups(self.v, _grouped(self.spec, False)))
+        self.k = _take(self.k, rows, groups(self.k, shares_group_params(self.spec, True)))
+        self.v = _take(self.v, rows, groups(self.v, shares_group_params(self.spec, False)))
         if self.pos is not None: self.pos = self.pos[rows]
         if self.score is not None: self.score = self.score[rows]
     self.counts = self.counts.view(B, -1)[batch_idx].flatten()
@@ -362,6 +143,7 @@ class LayerStore:
         self.seen = 0 # tokens written so far: the next token's position
         self.padding_evicted = torch.zeros(B, dtype=torch.long, device=device) # leading padding tokens freed, per row
         self.dropped: torch.Tensor|None = None # (B*H,) tokens each head of an ordered store evicted: its oldest
+        self.horizon = 0 # every row before this position is forgotten (`forget_before`: a sliding window's edge)
 
 # %% ../nbs/04_store.ipynb #714110f6
 @patch
@@ -555,7 +337,7 @@ def crop(self:LayerStore, length:int):
         self.dropped = torch.minimum(self.dropped, self.below()[:, :length].sum(1))
     for t, pos in zip(self.tiers, self.positions()):
         if t.n: t.select(pos < length)
-    self.seen = length
+    self.seen, self.horizon = length, min(self.horizon, length) # nothing is held before either
     self.padding_evicted = self.padding_evicted.clamp(max=length) # cropped into a row's padding: what is left of it
 
 @patch
@@ -569,6 +351,31 @@ def keep_newest_below(self:LayerStore, most:torch.Tensor): # (B*H,) rows each he
         take = torch.minimum(excess, t.counts.long())
         if take.any(): t.select(index_in_head(t.heads(), t.counts.long()) >= take[t.heads()]) # each head's first
         excess = excess - take
+
+# %% ../nbs/04_store.ipynb #8fdfe1ca
+@patch
+@torch.no_grad()
+def forget_before(self:LayerStore, horizon:int): # the oldest position any query from now on may attend
+    "Evict every row at a position before `horizon`, from every tier (a sliding window's edge)."
+    if horizon <= self.horizon: return
+    self.horizon = horizon
+    if not self.ordered:
+        for t in self.tiers:
+            if t.n and bool((old := t.pos < horizon).any()): t.select(~old)
+        return
+    t0, BH = self.tiers[0], self.B * self.H
+    old0 = t0.pos.long() < horizon
+    gone0 = torch.bincount(t0.heads()[old0], minlength=BH) # (B*H,) tier-0 rows before the horizon
+    # a head's tokens before the horizon that tier 0 no longer holds (freed padding aside) are its evicted ones, which
+    # are its oldest, then its deepest rows: those past the evicted are deeper rows to forget
+    before = (horizon - self.padding_evicted.repeat_interleave(self.H)).clamp(min=0) - gone0
+    dropped = self.dropped if self.dropped is not None else torch.zeros(BH, dtype=torch.long, device=self.device)
+    if len(self.tiers) > 1:
+        deeper = torch.stack([t.counts for t in self.tiers[1:]]).sum(0).long()
+        self.keep_newest_below(deeper - (before - dropped).clamp(min=0))
+    if bool(old0.any()):
+        self.dropped = (self.dropped if self.dropped is not None else dropped) + gone0
+        t0.select(~old0)
 
 # %% ../nbs/04_store.ipynb #8b7e0a02
 def format_name(spec:TierSpec) -> str:

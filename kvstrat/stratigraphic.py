@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from .core import *
 from .adapter import ModelSpec
-from .store import FP16, TierSpec
+from .formats import FP16, TierSpec
 from .quant import check_rotatable
 from .policy import *
 from .cache import *
@@ -22,6 +22,7 @@ from .baselines import *
 from .protocol import *
 from .importance import *
 from .sensitivity import *
+from .measure import measure_sensitivity
 from .linear_attention import model_shape
 from .zoned import *
 from .streaming import *
@@ -225,6 +226,11 @@ def fp16_bytes(self:Stratigraphic, head_dim:int) -> int:
     "One head's keys and values at `length` tokens in fp16: the bytes `ratio` divides."
     return self.length * 2 * 2 * head_dim
 
+@patch
+def layer_lengths(self:Stratigraphic, spec:ModelSpec) -> torch.Tensor: # (L,)
+    "Tokens each layer holds at `length`: a sliding-window layer holds the newest `window - 1` at most."
+    return torch.tensor([min(self.length, spec.sliding_window - 1) if s else self.length for s in spec.sliding])
+
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0015
 @patch
 def bit_widths(self:Stratigraphic) -> tuple[int, ...]:
@@ -247,24 +253,37 @@ def choice_tiers(self:Stratigraphic) -> torch.Tensor:
 
 # %% ../nbs/11_stratigraphic.ipynb #05fdca45
 @patch
-def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int) -> tuple[torch.Tensor, torch.Tensor]:
-    "(L·H_kv, k) cost and bytes at `length` of each head's `choice_tiers`: width pairs, evicting, windows at pairs."
+def choice_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor: # (k,)
+    "Bytes at `length` of one head's `choice_tiers`: width pairs, evicting, windows at pairs."
     held, top_row = self.top_held(head_dim)
+    held = min(held, self.length) # a sliding layer's short window holds no more
     rb = format_row_bytes(self.family, head_dim) # (2, widths): keys, values
     counts = 4 * len(self.tiers(head_dim)) # every tier's int32 row count of the head
     pair_bytes = counts + held * top_row + (self.length - held) * (rb[0][:, None] + rb[1][None]).flatten() # (widths²,)
-    cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
     pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
-    cost, nbytes = cost[:, pairs], pair_bytes[pairs].expand(len(cost), -1)
-    if self.window is None: return cost, nbytes
-    evict_bytes = counts + (self.sinks + self.window) * top_row + 8 # its sinks and window in tier 0, its dropped count
-    evict_bytes = torch.full((len(cost), 1), float(evict_bytes))
-    evict_cost = sens.evict.flatten()[:, None]
-    if not self.windowed_choices: return torch.cat([cost, evict_cost], 1), torch.cat([nbytes, evict_bytes], 1)
+    if self.window is None: return pair_bytes[pairs]
+    # evicting: its sinks and window in tier 0, its dropped count
+    evict_bytes = torch.tensor([float(counts + min(self.sinks + self.window, self.length) * top_row + 8)])
+    if not self.windowed_choices: return torch.cat([pair_bytes[pairs], evict_bytes])
     # a window at a pair, priced as evicting and as the pair on every row past the residual: more than it costs
-    window_bytes = (counts + self.window_bytes(head_dim)[pairs]).expand(len(cost), -1)
+    return torch.cat([pair_bytes[pairs], evict_bytes, counts + self.window_bytes(head_dim)[pairs]])
+
+@patch
+def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int,
+                 lengths:torch.Tensor|None=None, # (L,) tokens each layer holds (`layer_lengths`); None: `length`
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    "(L·H_kv, k) cost and bytes of each head's `choice_tiers`: width pairs, evicting, windows at pairs."
+    L, H = sens.cost.shape[:2]
+    lengths = [self.length] * L if lengths is None else lengths.tolist()
+    at = {n: replace(self, length=n).choice_bytes(head_dim) for n in set(lengths)} # (k,) at each length
+    nbytes = torch.stack([at[n] for n in lengths]).repeat_interleave(H, 0) # (L·H, k)
+    cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
+    cost = cost[:, self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1]
+    if self.window is None: return cost, nbytes
+    evict_cost = sens.evict.flatten()[:, None]
+    if not self.windowed_choices: return torch.cat([cost, evict_cost], 1), nbytes
     plain = evict_cost if self.plain_eviction else torch.full_like(evict_cost, math.inf) # left out: never chosen
-    return torch.cat([cost, plain, cost + evict_cost], 1), torch.cat([nbytes, evict_bytes, window_bytes], 1)
+    return torch.cat([cost, plain, cost + evict_cost], 1), nbytes
 
 # %% ../nbs/11_stratigraphic.ipynb #c7e1b001
 @patch
@@ -339,21 +358,23 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     held, _ = self.top_held(D)
     if self.length <= held:
         raise ValueError(f"stratigraphic length {self.length} must exceed the {held} tokens each head holds in tier 0")
-    sens = self.sensitivity(spec)
-    cost, nbytes = self.head_choices(sens, D) # (L·H, choices)
+    sens, lengths = self.sensitivity(spec), self.layer_lengths(spec)
+    cost, nbytes = self.head_choices(sens, D, lengths) # (L·H, choices)
     planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()
     cost, nbytes = cost[planned_heads], nbytes[planned_heads]
-    fp16 = self.fp16_bytes(D)
+    # what an fp16 cache of the planned heads holds at `length` (a sliding layer: its window), which `ratio` divides
+    fp16 = int((lengths.repeat_interleave(spec.n_kv_heads)[planned_heads] * 2 * 2 * D).sum())
     fewest, most = bytes_reach(cost, nbytes) # (heads,) without plain eviction where plain_eviction=false
-    lo, hi = fp16 / most.mean().item(), fp16 / fewest.mean().item()
+    lo, hi = fp16 / most.sum().item(), fp16 / fewest.sum().item()
     if self.ratio > hi + 1e-9:
-        raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}: its formats "
-                         f"reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio"
+        windows = f" (sliding-window layers hold {spec.sliding_window - 1})" if any(spec.sliding) else ''
+        raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}{windows}: its "
+                         f"formats reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio"
                          f"{'' if self.window is not None else ', or eviction: window=64'})")
     if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what {self.bit_widths()[0]} bits "
                                       f"everywhere reach ({lo:.2f}x): every head is stored at them", stacklevel=2)
-    choice = self.choose(cost, nbytes, len(cost) * fp16 / max(self.ratio, lo), spec.n_layers)
-    planned = len(cost) * fp16 / nbytes.gather(1, choice[:, None]).sum().item()
+    choice = self.choose(cost, nbytes, fp16 / max(self.ratio, lo), spec.n_layers)
+    planned = fp16 / nbytes.gather(1, choice[:, None]).sum().item()
     evicted = 1 + len(FORMAT_BITS) ** 2 # the heads the plan leaves out have no tier (only hybrid's streaming heads)
     tier = torch.full((len(planned_heads),), evicted).masked_scatter(planned_heads, self.choice_tiers()[choice])
     windowed = torch.zeros_like(planned_heads).masked_scatter(planned_heads, choice > len(self.bit_widths()) ** 2)

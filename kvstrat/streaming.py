@@ -23,8 +23,8 @@ from .policy import LayerView, Needs, NEVER_MOVES, Strategy, STRATEGIES, make_st
 from .cache import CompressedCache, CompressedLayer, prefill_cache
 
 # %% auto #0
-__all__ = ['STREAMING_QUERY_BLOCK', 'MERGE_ROWS', 'StreamingState', 'attend_exact', 'HeadPattern', 'streaming_heads',
-           'classify_heads', 'LoraAdapter', 'shipped_calibration', 'index_pattern', 'restrict', 'Streaming',
+__all__ = ['STREAMING_QUERY_BLOCK', 'MERGE_ROWS', 'StreamingState', 'attend_exact', 'HeadPattern', 'nothing_to_fold',
+           'streaming_heads', 'classify_heads', 'LoraAdapter', 'shipped_calibration', 'index_pattern', 'Streaming',
            'StreamingSetup', 'Hybrid', 'HybridSetup', 'held_rows', 'held_bytes']
 
 # %% ../nbs/12_streaming.ipynb #631500f4
@@ -234,14 +234,20 @@ class HeadPattern:
         if spec is not None: p.check(spec, f'pattern {path}')
         return p
 
+# %% ../nbs/12_streaming.ipynb #07e9e16c
+def nothing_to_fold(spec:ModelSpec, exact:int) -> list[bool]: # exact: tokens a streaming head keeps exactly
+    "Per layer: does its sliding window hold no more than a streaming head keeps exactly (so it never streams)?"
+    return [s and spec.sliding_window - 1 <= exact for s in spec.sliding]
+
 # %% ../nbs/12_streaming.ipynb #bb45c6e9
-def streaming_heads(pattern:HeadPattern, spec:ModelSpec, fraction:float) -> torch.Tensor:
-    "`(L, H_kv)` bool: the `fraction` of heads with the lowest pattern values (never on sliding-window layers)."
+def streaming_heads(pattern:HeadPattern, spec:ModelSpec, fraction:float,
+                    exact:int=0) -> torch.Tensor: # tokens a streaming head keeps exactly (sinks and recent)
+    "`(L, H_kv)` bool: the `fraction` of heads with the lowest pattern values, none where a window leaves none to fold."
     if not 0 < fraction < 1:
         raise ValueError(f"streaming fraction must be in (0, 1): 0 routes no head and 1 leaves no retrieval head, "
                          f"got {fraction}")
     v = pattern.values.clone().float()
-    v[torch.tensor(spec.sliding)] = float('inf')
+    v[torch.tensor(nothing_to_fold(spec, exact))] = float('inf')
     n = round(fraction * int(torch.isfinite(v).sum()))
     if n < 1: raise ValueError(f"streaming fraction {fraction} selects no head of this model's {v.numel()}")
     if n == v.numel(): raise ValueError(f"streaming fraction {fraction} selects all {n} of this model's heads: it "
@@ -262,8 +268,9 @@ def classify_heads(model, windows:torch.Tensor, # (W, T) calibration token ids, 
     mass = torch.zeros(spec.n_layers, spec.n_kv_heads)
     t = torch.arange(T)
     outside = ((t[None] >= sinks) & (t[None] <= t[:, None] - recent)).float()[sinks + recent:] # (queries, keys)
-    def record(i, q, k, v, scaling):
-        out, _, p = explicit_attention(q, k, v, torch.ones(T, T).tril().bool()[None, None].to(q.device), scaling)
+    def record(i, q, k, v, scaling, window):
+        out, _, p = explicit_attention(q, k, v, allowed_slots(torch.arange(T)[None, None], torch.arange(T), None,
+                                                              window).to(q.device), scaling)
         share = (p[..., sinks + recent:, :] * outside.to(q.device)).sum(-1) # (B, H, g, queries)
         mass[i] += share.mean((2, 3)).sum(0).cpu()
         return out.reshape(q.shape).transpose(1, 2).to(q.dtype)
@@ -366,14 +373,6 @@ def index_pattern(spec:ModelSpec, sinks:int=4, recent:int=64) -> HeadPattern:
     return HeadPattern(torch.arange(n).float().div(max(n - 1, 1)).view(spec.n_layers, spec.n_kv_heads), sinks, recent,
                        'index (data-free)')
 
-# %% ../nbs/12_streaming.ipynb #4c8991f5
-def restrict(view:LayerView, rows:torch.Tensor, # (N,) bool
-             derived) -> LayerView: # what the inner strategy derived for this model
-    "The view of only `rows`, for a strategy that manages a subset of heads."
-    pick = lambda x: None if x is None else x[rows]
-    return replace(view, tier=view.tier[rows], head=view.head[rows], pos=view.pos[rows], score=pick(view.score),
-                   keys=pick(view.keys), derived=derived)
-
 # %% ../nbs/12_streaming.ipynb #e0ba9c2b
 @register
 @dataclass
@@ -395,6 +394,10 @@ class Streaming(Strategy):
     def head_state(self, layer, setup):
         m = setup.mask[layer.layer_idx]
         return StreamingState(layer, m, setup.params) if m.any() else None
+    def keeps_exact(self, layer_idx, setup): # its other heads keep every token: a layer without streaming heads too
+        if setup.mask[layer_idx].any(): return None
+        return ("its sliding window holds no more than a streaming head keeps exactly" if setup.windowed[layer_idx]
+                else "none of the `fraction` of heads routed to stream is there")
     def adapted(self, model, setup): return nullcontext() if setup.adapter is None else setup.adapter.merged(model)
     def provenance(self, setup) -> str: return setup.provenance
 
@@ -403,6 +406,7 @@ class Streaming(Strategy):
 class StreamingSetup:
     "What `streaming` derives for one model: which heads stream, their state's parameters and adapter."
     mask: torch.Tensor # (n_layers, n_kv_heads) bool: streaming heads
+    windowed: list[bool] # per layer: its sliding window leaves a streaming head nothing to fold (`nothing_to_fold`)
     params: StreamParams
     adapter: LoraAdapter|None # the stage-2 adapter for exactly these heads, merged while attached
     provenance: str # which pattern, parameters and adapter were used
@@ -429,9 +433,11 @@ def prepare(self:Streaming, spec:ModelSpec) -> StreamingSetup:
                              "save the pattern and pass pattern=DIR, or pattern=index for a data-free baseline")
         pattern = HeadPattern.load(src/'pattern', spec)
     else: pattern = HeadPattern.load(self.pattern, spec)
-    mask = streaming_heads(pattern, spec, self.fraction)
-    params, adapter, used = self.calibrated(cal, spec, pattern.sinks, self.window or pattern.recent, mask)
-    return StreamingSetup(mask, params, adapter, f"pattern: {pattern.source}; {used}")
+    window = self.window or pattern.recent
+    mask = streaming_heads(pattern, spec, self.fraction, pattern.sinks + window)
+    params, adapter, used = self.calibrated(cal, spec, pattern.sinks, window, mask)
+    return StreamingSetup(mask, nothing_to_fold(spec, pattern.sinks + window), params, adapter,
+                          f"pattern: {pattern.source}; {used}")
 
 # %% ../nbs/12_streaming.ipynb #ddcba368
 @patch
@@ -483,6 +489,7 @@ class Hybrid(Streaming):
     def example(cls): return cls(fraction=0.5, pattern='index', window=8, ratio=2.5, residual=8, group=16)
     def needs(self): return self.inner.needs()
     def tiers(self, head_dim): return self.inner.tiers(head_dim)
+    def keeps_exact(self, layer_idx, setup): return None # the inner strategy stores every retrieval head
 
 # %% ../nbs/12_streaming.ipynb #9324dc4a
 @dataclass
@@ -503,7 +510,7 @@ def observe(self:Hybrid, view:LayerView, probs:torch.Tensor):
     "The inner strategy scores the retrieval heads' rows."
     rows = ~self.streaming_rows(view)
     if not rows.any(): return None # every head of this layer streams
-    score = view.derived.inner_strategy.observe(restrict(view, rows, view.derived.inner), probs[rows])
+    score = view.derived.inner_strategy.observe(view.only(rows, derived=view.derived.inner), probs[rows])
     if score is None or view.score is None: return None
     full = view.score.clone()
     full[rows] = score
@@ -515,20 +522,23 @@ def assign(self:Hybrid, view:LayerView):
     "The inner strategy places the retrieval heads' rows; the streaming heads' stay (their state folds them)."
     streaming = self.streaming_rows(view)
     if streaming.all(): return None
-    inner = view.derived.inner_strategy.assign(restrict(view, ~streaming, view.derived.inner))
+    inner = view.derived.inner_strategy.assign(view.only(~streaming, derived=view.derived.inner))
     return None if inner is None else view.tier.masked_scatter(~streaming, inner)
 
 @patch
 def quiet_steps(self:Hybrid, view:LayerView, target) -> int:
     streaming = self.streaming_rows(view)
     if streaming.all(): return NEVER_MOVES
-    return view.derived.inner_strategy.quiet_steps(restrict(view, ~streaming, view.derived.inner), target[~streaming])
+    return view.derived.inner_strategy.quiet_steps(view.only(~streaming, derived=view.derived.inner),
+                                                   target[~streaming])
 
 # %% ../nbs/12_streaming.ipynb #36a66a52
 def held_rows(cache:CompressedCache) -> torch.Tensor:
-    "(L, B, H_kv) rows each head holds, over all tiers (0 for layers not stored as `CompressedLayer`)."
-    return torch.stack([l.kept() if isinstance(l, CompressedLayer) and l.is_initialized else
-                        torch.zeros(1, 1, dtype=torch.long) for l in cache.layers])
+    "(L, B, H_kv) rows each head holds, over all tiers (an exact layer: every row it holds)."
+    def held(l): # (B, H_kv)
+        if isinstance(l, CompressedLayer): return l.kept()
+        return torch.full(l.keys.shape[:2], l.keys.shape[2], dtype=torch.long) # an exact layer's (B, H_kv, T, D)
+    return torch.stack([held(l) for l in cache.layers])
 
 # %% ../nbs/12_streaming.ipynb #278663bf
 @torch.no_grad()

@@ -7,7 +7,8 @@ Docs: https://kvstrat.github.io/kvstrat/triton_attention.html.md"""
 # %% ../nbs/05a_triton_attention.ipynb #3e3abe08
 from __future__ import annotations
 import torch
-from .store import LayerStore, TierStore, head_starts, rotation
+from .formats import head_starts, rotation
+from .store import LayerStore, TierStore
 try:
     import triton
     import triton.language as tl

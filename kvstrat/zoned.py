@@ -15,7 +15,7 @@ import torch
 import warnings
 from .core import *
 from .adapter import ModelSpec
-from .store import FP16, TierSpec
+from .formats import FP16, TierSpec
 from .quant import check_rotatable
 from .policy import *
 from .cache import *
@@ -237,7 +237,7 @@ def pinned(self:Zoned, view:LayerView, importance:torch.Tensor) -> torch.Tensor:
     top = rank_in_head(view.head, -importance) < (1 - self.anchor_pct) * n_head # above the percentile
     anchor = (top | (view.score >= ANCHOR)) & ~pin
     # the cap keeps the most important anchors
-    within_cap = rank_in_head(view.head, torch.where(anchor, -importance, math.inf)) < self.anchor_cap * view.seen
+    within_cap = rank_in_head(view.head, torch.where(anchor, -importance, math.inf)) < self.anchor_cap * view.tokens
     return pin | (anchor & within_cap)
 
 # %% ../nbs/11c_zoned.ipynb #6b5639d3
@@ -253,7 +253,7 @@ def plan(self:Zoned, view:LayerView,
     deepest = len(f) - 1
     n_rows = torch.bincount(view.head, minlength=len(x))[view.head]
     xs = x[view.head]
-    bounds = ((xs - 1).clamp(min=0) / f[0])[:, None] * f[:-1].cumsum(0)[None] * view.seen # (N, deepest)
+    bounds = ((xs - 1).clamp(min=0) / f[0])[:, None] * f[:-1].cumsum(0)[None] * view.tokens # (N, deepest)
     # the second term: x < 0 only
     low = torch.where(rank < xs * n_rows, deepest, deepest + 1) + (rank >= (1 + xs) * n_rows)
     zone = torch.where(xs >= 1, (rank[:, None] >= bounds).sum(1), low)
@@ -270,7 +270,7 @@ def assign(self:Zoned, view:LayerView) -> torch.Tensor:
     n_heads, plan = view.batch * view.n_kv_heads, view.derived
     h = torch.arange(n_heads, device=rank.device) % view.n_kv_heads
     weight = plan.layer_w[view.layer_idx] * plan.head_w[view.layer_idx].to(h.device)[h]
-    budget = view.seen * plan.fp16_row / self.ratio * weight
+    budget = view.tokens * plan.fp16_row / self.ratio * weight
     costs, bedrock = plan.costs.to(rank.device), len(plan.costs) - 2 # the bedrock's zone, when there is one
     lo = torch.full((n_heads,), -1. if self.bedrock else 0., device=rank.device)
     hi, ever_fit = torch.full((n_heads,), 2., device=rank.device), torch.zeros(n_heads, dtype=torch.bool)
@@ -292,7 +292,7 @@ def warn_short(self:Zoned, view:LayerView, zone:torch.Tensor, plan:StratPlan):
     if plan.short_warned: return
     plan.short_warned.append(view.layer_idx)
     held = plan.costs.to(zone.device)[zone].sum().item()
-    reach = view.seen * view.batch * view.n_kv_heads * plan.fp16_row / max(held, 1)
+    reach = view.tokens * view.batch * view.n_kv_heads * plan.fp16_row / max(held, 1)
     warnings.warn(f"zoned: ratio {self.ratio:g} is out of reach after {view.seen} tokens: layer "
                   f"{view.layer_idx} holds {reach:.2f}x at most (sinks, the recent window and anchors stay fp16), so "
                   "the measured ratio falls short; a longer context, fewer pinned tokens or a lower ratio reach it",
@@ -333,7 +333,7 @@ class Adaptive(Strategy):
     def observe(self, view, probs): return accumulate_attention(view.score, probs)
     def assign(self, view):
         rank = rank_in_head(view.head, -h2o_scores(view.score, view.pos, view.seen, mean=True))
-        cum = torch.tensor(parse_zones(self.zones, self.name, 3), device=rank.device).cumsum(0) * view.seen
+        cum = torch.tensor(parse_zones(self.zones, self.name, 3), device=rank.device).cumsum(0) * view.tokens
         return (rank[:, None] >= cum[None]).sum(1)
 
 # %% ../nbs/11c_zoned.ipynb #9babafb0

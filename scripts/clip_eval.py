@@ -7,7 +7,7 @@ alone at 3 and 2 bits with min-max ranges and with searched ones (`nbs/results/s
 each (layer, keys or values, width) whose searched cost was lower there stores its rows with searched ranges; the
 rest, the 4- and 8-bit formats and the plan (the shipped calibration's knapsack) stay as they are, so the bytes are
 the default's to the byte. Each ratio runs as shipped and as searched, with FullKV, on the front's 8 windows of 1,024
-tokens of TEXT; rows are written as `{strategy, arm, compression, window_nll, full_nll}`. `kvstrat.store.quantize`
+tokens of TEXT; rows are written as `{strategy, arm, compression, window_nll, full_nll}`. `kvstrat.formats.quantize`
 and `CompressedLayer.step` are replaced only inside `searched_where_cheaper()`.
 """
 import sys, json, contextvars
@@ -40,7 +40,7 @@ def searched_where_cheaper():
         kv = 'K' if axis == 'channel' else 'V' # Stratigraphic's keys are grouped per channel, values per token
         use = quantize_searched if (layer_now.get(), kv, bits) in where else Q.quantize
         return use(x, bits, group, axis, symmetric, scale_bits)
-    with mock.patch.object(CompressedLayer, 'step', step_in_layer), mock.patch('kvstrat.store.quantize', quantize):
+    with mock.patch.object(CompressedLayer, 'step', step_in_layer), mock.patch('kvstrat.formats.quantize', quantize):
         yield
 
 if __name__ == '__main__':

@@ -7,7 +7,7 @@ Min-max quantisation spends its levels on each group's extremes. A common altern
 This probe measures, on the shipped calibration's windows (`calibration_set`: WikiText-2 and Austen, 2 windows of 320
 tokens each, outside every evaluation window) and with its reading (sinks and newest tokens at fp16), the KL each
 head's keys or values cost alone at 3 and 2 bits in Stratigraphic's rotated formats, min-max against searched. The
-search is a diagnosis here, not a format: `kvstrat.store.quantize` is replaced only inside `searched()`.
+search is a diagnosis here, not a format: `kvstrat.formats.quantize` is replaced only inside `searched()`.
 """
 import sys, time
 from contextlib import contextmanager
@@ -15,7 +15,8 @@ from unittest import mock
 import torch
 import kvstrat.quant as Q
 from kvstrat.core import load_model
-from kvstrat.sensitivity import calibration_set, layer_costs, FormatFamily, held_exact
+from kvstrat.sensitivity import FormatFamily, held_exact
+from kvstrat.measure import calibration_set, exact_pass, width_costs
 
 GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5) # range shrink factors tried per group, min-max first (it wins ties)
 
@@ -40,22 +41,22 @@ def quantize_searched(x, bits, group, axis='token', symmetric=False, scale_bits=
 
 @contextmanager
 def searched():
-    with mock.patch('kvstrat.store.quantize', quantize_searched): yield
+    with mock.patch('kvstrat.formats.quantize', quantize_searched): yield
 
 if __name__ == '__main__':
     if len(sys.argv) < 2: sys.exit(__doc__)
     torch.set_num_threads(2)
     model, tok = load_model('smollm2-135m')
     w = calibration_set(tok, ['wikitext2', 'austen'], 2, 320, 128) # the shipped calibration's windows
-    exact = torch.log_softmax(model(w, use_cache=False, logits_to_keep=160).logits.float(), -1)
-    family, held, bits = FormatFamily(rotate=True), held_exact(320, 4, 12, 32), (3, 2)
+    exact = exact_pass(model, w, 160, keep_attention=True)
+    family, held, bits, at = FormatFamily(rotate=True), held_exact(320, 4, 12, 32), (3, 2), [2, 3] # 3 and 2 bits
     layers = [int(a) for a in sys.argv[2:]] or range(model.config.num_hidden_layers)
     with open(sys.argv[1], 'w') as out:
         print('layer tensor bits minmax_kl searched_kl (summed over the layer\'s KV heads, nats per token)', file=out)
         for layer in layers:
             t = time.time()
-            plain = layer_costs(model, w, layer, family, exact, bits, 4, exact=held) # (H_kv, 2, len(bits))
-            with searched(): clipped = layer_costs(model, w, layer, family, exact, bits, 4, exact=held)
+            plain = width_costs(model, exact, layer, family, bits, 4, held)[..., at] # (H_kv, 2, len(bits))
+            with searched(): clipped = width_costs(model, exact, layer, family, bits, 4, held)[..., at]
             for kv in (0, 1):
                 for j, b in enumerate(bits):
                     print(layer, 'KV'[kv], b, f'{plain[:, kv, j].sum():.6f}', f'{clipped[:, kv, j].sum():.6f}', file=out)

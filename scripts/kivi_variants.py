@@ -10,7 +10,7 @@ loss, or only the values rotated.
 import dataclasses, sys
 from contextlib import contextmanager
 import torch
-import kvstrat.store as C
+import kvstrat.formats as F, kvstrat.store as C
 from kvstrat.core import load_model, load_text, tokenize, eval_windows
 from kvstrat.protocol import decode_ppl
 
@@ -22,8 +22,9 @@ def encoder(fp_side:str|None=None, rotate_values:bool=False):
     def fp(spec, is_key): return spec.bits is not None and fp_side == ('keys' if is_key else 'values')
     C.encode_rows = lambda x, heads, spec, is_key: C.Encoded(x.half()) if fp(spec, is_key) else enc(x, heads, spec_for(spec, is_key), is_key)
     C.decode_rows = lambda e, spec, is_key, D, dtype: e.data.to(dtype) if fp(spec, is_key) else dec(e, spec_for(spec, is_key), is_key, D, dtype)
+    F.encode_rows, F.decode_rows = C.encode_rows, C.decode_rows # the formats' own calls (encode_pair's) too
     try: yield
-    finally: C.encode_rows, C.decode_rows = enc, dec
+    finally: C.encode_rows, C.decode_rows = F.encode_rows, F.decode_rows = enc, dec
 
 OLD = 'kivi:group=64,value_group=64,residual=16,sinks=0' # the defaults before 2026-11-30
 TOKEN = 'kivi:key_axis=token,rotate=True,symmetric=True' # per-token keys: nothing waits in fp16 for a key group

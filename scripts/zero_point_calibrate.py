@@ -10,11 +10,12 @@ the 8-bit log scale one code where the maximum is left uncovered, then measures 
 """
 import sys
 import torch
-import kvstrat.quant as quant, kvstrat.store as store
-from kvstrat.sensitivity import load_sensitivity, main
+import kvstrat.quant as quant, kvstrat.formats as formats
+from kvstrat.sensitivity import load_sensitivity
+from kvstrat.measure import main
 
 GRID = {'channel': 32, 'token': 128} # 1/share of a group's range, by axis: keys' groups (channel), values' (token)
-fp16_zero, quantize = quant._scale_zero, store.quantize
+fp16_zero, quantize = quant._scale_zero, formats.quantize
 share = [] # the grid of the group being quantised, set around each call
 
 def scale_zero_8bit(lo:torch.Tensor, hi:torch.Tensor, bits:int, scale_bits:int=16):
@@ -46,6 +47,6 @@ def mark(path:str):
     calibration.save(path)
 
 if __name__ == '__main__':
-    quant._scale_zero, store.quantize = scale_zero_8bit, quantize_8bit_zero
+    quant._scale_zero, formats.quantize = scale_zero_8bit, quantize_8bit_zero
     if (status := main(sys.argv[1:])) == 0: mark(sys.argv[sys.argv.index('--out') + 1])
     sys.exit(status)

@@ -20,10 +20,12 @@ def _logits(model, cache, ids, chunk):
     ('gemma3', 'gemma3_text', 2, (True, False, True, False), 8, None),
     ('gemma3-1b', 'gemma3_text', 1, (True, False, True, False), 8, None),
     ('gemma2', 'gemma2', 2, (True, False, True, False), 8, 50.0),
-    ('phi3', 'phi3', 2, (False,) * 4, None, None),
+    ('phi3', 'phi3', 2, (True,) * 4, 48, None), # Phi-3-mini as released: a window on every layer
+    ('mistral', 'mistral', 2, (True,) * 4, 44, None),
+    ('gemma3-5to1', 'gemma3_text', 1, (True,) * 5 + (False,), 8, None),
     ('qwen2.5', 'qwen2', 2, (False,) * 4, None, None)])
 def test_spec(layout, model_type, kv, sliding, window, softcap):
-    spec = ModelSpec.of(tiny_model(layout, n_layers=4))
+    spec = ModelSpec.of(tiny_model(layout, n_layers=len(sliding)))
     assert (spec.model_type, spec.n_kv_heads, spec.head_dim) == (model_type, kv, 32)
     assert (spec.sliding, spec.sliding_window, spec.softcap) == (sliding, window, softcap)
 

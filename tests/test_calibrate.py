@@ -4,7 +4,8 @@ import pytest, torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from kvstrat.core import tiny_model
-from kvstrat.sensitivity import load_sensitivity, main, pool_sensitivities
+from kvstrat.sensitivity import load_sensitivity, pool_sensitivities
+from kvstrat.measure import main
 from kvstrat.stratigraphic import Stratigraphic
 
 WORDS = [f'w{i}' for i in range(255)] # with [UNK], the tiny model's vocabulary of 256
@@ -70,3 +71,28 @@ def test_a_model_without_tokenizer(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("kvstrat-calibrate: error: --model shape:smollm2-135m has no tokenizer, and calibration reads "
                        "text: give a hub id, a local directory with one, or an alias")
+
+def test_a_stopped_run_resumes(tiny_dir, monkeypatch, capsys):
+    "Stopped after its first layer, a run leaves it in OUT.partial; run again, it measures the rest and writes OUT whole."
+    import kvstrat.measure as measure
+    d = tiny_dir
+    assert calibrate(d, 'a.txt', 'whole.json') == 0
+    measured = measure.eviction_costs
+    calls = []
+    def stop_at_the_second(*args, **kwargs): # the second layer's eviction never finishes
+        calls.append(1)
+        if len(calls) == 2: raise KeyboardInterrupt
+        return measured(*args, **kwargs)
+    monkeypatch.setattr(measure, 'eviction_costs', stop_at_the_second)
+    with pytest.raises(KeyboardInterrupt): calibrate(d, 'a.txt', 'resumed.json')
+    assert (d/'resumed.json.partial').is_file() and not (d/'resumed.json').exists()
+    monkeypatch.setattr(measure, 'eviction_costs', measured)
+    capsys.readouterr()
+    assert calibrate(d, 'a.txt', 'resumed.json') == 0
+    err = capsys.readouterr().err
+    assert f"resuming from {d/'resumed.json.partial'}: 1 of 2 layers measured" in err and '2/2' not in err.split('\n')[0]
+    assert not (d/'resumed.json.partial').exists() # done: the partial file goes
+    whole, resumed = load_sensitivity(d/'whole.json'), load_sensitivity(d/'resumed.json')
+    torch.testing.assert_close(resumed.cost, whole.cost); torch.testing.assert_close(resumed.evict, whole.evict)
+    assert calibrate(d, 'a.txt', 'other.json', '--window', '8') == 0 # measured otherwise: a partial of another run
+    assert 'TFLOP' in capsys.readouterr().err # the progress bar, with its units of work

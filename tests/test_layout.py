@@ -7,8 +7,8 @@ import pytest
 PKG = Path(__file__).resolve().parents[1]/'kvstrat'
 MODULES = sorted(p.stem for p in PKG.glob('*.py') if p.stem not in ('__init__', '_modidx'))
 STRATEGY_MODULES = {'baselines', 'importance', 'stratigraphic', 'zoned', 'streaming'}
-READING_ORDER = ['core', 'adapter', 'quant', 'kernels', 'store', 'attention', 'triton_attention', 'policy', 'cache',
-                 'baselines', 'protocol', 'importance', 'stratigraphic', 'linear_attention', 'sensitivity', 'zoned',
+READING_ORDER = ['core', 'adapter', 'quant', 'kernels', 'formats', 'store', 'attention', 'triton_attention', 'policy', 'cache',
+                 'baselines', 'protocol', 'importance', 'stratigraphic', 'linear_attention', 'sensitivity', 'measure', 'zoned',
                  'streaming', 'calibration', 'results', 'bench', 'distributed', 'report', 'cli', 'docs', 'preview', 'architectures', 'arch_study']
 
 def imports(module:str) -> set[str]:
@@ -26,11 +26,12 @@ def imports(module:str) -> set[str]:
 def test_every_module_is_in_the_reading_order():
     assert sorted(READING_ORDER) == MODULES
 
-@pytest.mark.parametrize('module,allowed', [('quant', set()), ('kernels', {'core'}), ('adapter', set())])
+@pytest.mark.parametrize('module,allowed', [('quant', set()), ('kernels', {'core'}), ('adapter', set()),
+                                            ('formats', {'quant', 'kernels'})])
 def test_low_modules_import_only_below(module, allowed):
     assert imports(module) <= allowed, imports(module) - allowed
 
-@pytest.mark.parametrize('module', ['store', 'attention', 'triton_attention', 'linear_attention'])
+@pytest.mark.parametrize('module', ['formats', 'store', 'attention', 'triton_attention', 'linear_attention'])
 def test_store_and_attention_know_no_strategy(module):
     assert not imports(module) & (STRATEGY_MODULES | {'policy', 'cache', 'protocol'}), imports(module)
 

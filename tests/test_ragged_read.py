@@ -7,7 +7,8 @@ from typing import ClassVar
 import pytest, torch
 from kvstrat import kernels
 from kvstrat.policy import Strategy
-from kvstrat.store import FP16, LayerStore, TierSpec
+from kvstrat.formats import FP16, TierSpec
+from kvstrat.store import LayerStore
 from kvstrat.attention import blocked_read, dense_read, equal_heads, fused_read, head_groups, reference_read, tiered_read
 
 FORMATS = [TierSpec(8, 'token', 16, 16, symmetric=True), TierSpec(4, 'token', 8, 16, value_bits=2),
@@ -32,14 +33,12 @@ def ragged_store(specs, B, H, T, q, seed, D=16):
     return s
 
 def fused_declines(store) -> bool:
-    "Does a tier hold a format fused_read leaves to tiered_read (low-rank, per-channel keys in partial groups)?"
-    return any(t.n and (t.spec.rank is not None or (t.spec.bits is not None and t.spec.key_axis == 'channel'
-                                                    and len(t.k.group_sizes) * t.spec.key_group != t.n))
-               for t in store.tiers)
+    "Does a tier hold a format fused_read leaves to tiered_read (low-rank)? Partial key groups it reads as pieces."
+    return any(t.n and t.spec.rank is not None for t in store.tiers)
 
 def check(store, Hq, q, block=4, scaling=0.3, seed=0):
     """tiered_read (with and without probs, kernels on and off), fused_read and blocked_read against the reference and
-    dense reads; fused_read declines only low-rank tiers and partial channel groups."""
+    dense reads; fused_read declines only low-rank tiers."""
     torch.manual_seed(seed)
     query, qpos = torch.randn(store.B, Hq, q, store.D), torch.arange(store.seen - q, store.seen)
     ref = reference_read(query, store, qpos, None, scaling)

