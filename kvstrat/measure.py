@@ -346,7 +346,11 @@ def main(argv=None) -> int:
     p.add_argument('--texts', nargs='+', default=['wikitext2', 'austen'])
     p.add_argument('--windows', type=int, default=2, help='windows per text, every other one with a passage to copy')
     p.add_argument('--length', type=int, default=320); p.add_argument('--repeat', type=int, default=128)
-    p.add_argument('--group', type=int, default=32, help='tokens per key group (stratigraphic:group)')
+    p.add_argument('--group', type=int, default=32,
+                   help="tokens per key group, or with --keys token channels per group (stratigraphic:group)")
+    p.add_argument('--keys', choices=('channel', 'token'), default='channel',
+                   help="keys grouped per channel along tokens (KIVI's layout, stratigraphic's default) or per token "
+                   "along head_dim (stratigraphic:keys)")
     p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
                    help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
     p.add_argument('--ratio', type=float, default=4.0, help="the stratigraphic ratio the calibration is for: --window, "
@@ -383,7 +387,7 @@ def main(argv=None) -> int:
         if o.threads: torch.set_num_threads(o.threads)
         if argv is None: keep_freed_memory() # run as a process of its own: its passes reuse the same large blocks
         kept = load_sensitivity(o.out) if o.only_eviction or o.only_widths else None
-        family = FormatFamily(key_group=o.group, rotate=o.rotate)
+        family = FormatFamily(key_group=o.group, key_axis=o.keys, rotate=o.rotate)
         if kept is not None and kept.family != family:
             raise ValueError(f"{o.out} was measured for {kept.family}, not {family}")
         if o.only_widths and kept.evict is None: raise ValueError(f"{o.out} holds no eviction costs to keep")
@@ -426,7 +430,7 @@ def main(argv=None) -> int:
                           + f", on {o.windows} such "
                           f"windows of {o.evict_length} tokens per text, KL over the last {o.evict_length // 2}")
     partial = Path(f'{o.out}.partial')
-    settings = dict(source=source, shape=list(shape), group=o.group, rotate=o.rotate,
+    settings = dict(source=source, shape=list(shape), group=o.group, keys=o.keys, rotate=o.rotate,
                     window=o.window if evicts else None, recent=o.recent, drop_group=o.drop_group, residual=o.residual,
                     measure_bits=list(o.measure_bits), only_eviction=o.only_eviction, only_widths=o.only_widths)
     done = resumed(partial, settings)

@@ -7,6 +7,7 @@ from kvstrat.core import tiny_model
 from kvstrat.sensitivity import load_sensitivity, pool_sensitivities
 from kvstrat.measure import main
 from kvstrat.stratigraphic import Stratigraphic
+from kvstrat.adapter import ModelSpec
 
 WORDS = [f'w{i}' for i in range(255)] # with [UNK], the tiny model's vocabulary of 256
 
@@ -96,3 +97,16 @@ def test_a_stopped_run_resumes(tiny_dir, monkeypatch, capsys):
     torch.testing.assert_close(resumed.cost, whole.cost); torch.testing.assert_close(resumed.evict, whole.evict)
     assert calibrate(d, 'a.txt', 'other.json', '--window', '8') == 0 # measured otherwise: a partial of another run
     assert 'TFLOP' in capsys.readouterr().err # the progress bar, with its units of work
+
+def test_token_keys(tiny_dir):
+    "`--keys token` measures keys grouped along head_dim: `stratigraphic:keys=token` plans on that file, the default refuses it."
+    d = tiny_dir
+    assert calibrate(d, 'a.txt', 'tokens.json', '--keys', 'token', '--window', 'none') == 0
+    assert calibrate(d, 'a.txt', 'channels.json', '--window', 'none') == 0
+    tokens, channels = load_sensitivity(d/'tokens.json'), load_sensitivity(d/'channels.json')
+    assert (tokens.family.key_axis, channels.family.key_axis) == ('token', 'channel')
+    assert not torch.allclose(tokens.cost[:, :, 0], channels.cost[:, :, 0]) # keys measured otherwise
+    model = tiny_model('gqa')
+    Stratigraphic(ratio=3, keys='token', window=None, calibration=str(d/'tokens.json')).sensitivity(ModelSpec.of(model))
+    with pytest.raises(ValueError, match='was measured for'):
+        Stratigraphic(ratio=3, window=None, calibration=str(d/'tokens.json')).sensitivity(ModelSpec.of(model))
