@@ -32,7 +32,8 @@ def decode_nll(model, windows:torch.Tensor, # (W, L) token ids
     cache = CompressedCache(model, strategy)
     nll, ratios, t0 = [], [], time.perf_counter()
     with cache.attached(model):
-        logits = prefill_cache(model, cache, ids[:, :prefill]).logits[:, -1:] # (W, 1, V)
+        # the last position's logits alone: a prefill's every position over a large vocabulary would not fit
+        logits = prefill_cache(model, cache, ids[:, :prefill], logits_to_keep=1).logits # (W, 1, V)
         if prefill_only: cache.freeze()
         ratios.append(cache.fp16_nbytes() / cache.nbytes())
         nll.append(_token_nll(logits, ids[:, prefill:prefill+1]))
