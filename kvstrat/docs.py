@@ -26,10 +26,10 @@ def nbs_path() -> Path:
     import kvstrat
     return Path(kvstrat.__file__).resolve().parent.parent/'nbs'
 
-SECTIONS = (('Loading', r'0[01]_'), ('Quantisation and the compressed cache', r'0[2-9]a?_'),
-            ('Importance and eviction', r'10_'), ('Stratigraphic', r'11[bcd]?_|stratigraphic'),
+SECTIONS = (('Loading', r'0[01]a?_'), ('Quantisation and the compressed cache', r'0[2-9]a?_'),
+            ('Importance and eviction', r'10_'), ('Stratigraphic', r'11[bcde]?_|stratigraphic'),
             ('Streaming', r'11a_|1[23]_'),
-            ('Benchmarks', r'1[4-7]a?_'), ('Project', r'18a?_|diary'), ('Architectures', r'19a?_'),
+            ('Benchmarks', r'1[4-7][ab]?_'), ('Project', r'18a?_|diary'), ('Architectures', r'19a?_'),
            ) # (section, regex matched at the start of a file name)
 
 # %% ../nbs/18_docs.ipynb #db41646f

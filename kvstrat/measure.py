@@ -20,7 +20,8 @@ from .sensitivity import *
 # %% auto #0
 __all__ = ['LOGIT_BLOCK', 'ExactPass', 'output_head', 'next_token_targets', 'mean_kl', 'exact_pass', 'variants_kl',
            'read_requantised', 'local_errors', 'scaled_widths', 'width_costs', 'eviction_costs', 'measure_sensitivity',
-           'calibration_set', 'layer_work', 'resumed', 'save_partial', 'main']
+           'calibration_set', 'widths_source', 'eviction_source', 'layer_work', 'resumed', 'save_partial', 'main',
+           'calibrate']
 
 # %% ../nbs/11e_measure.ipynb #e20a0f5e
 @dataclass
@@ -232,6 +233,29 @@ def calibration_set(tokenizer, texts:list[str], windows:int, length:int, repeat:
     "`(len(texts)·windows, length)` calibration windows: `copy_windows` of each text, in turn."
     return torch.cat([copy_windows(tokenize(tokenizer, load_text(t)[0]), windows, length, repeat) for t in texts])
 
+# %% ../nbs/11e_measure.ipynb #e3b3b2a5
+def widths_source(model:str, texts:list[str], windows:int, length:int, repeat:int, residual:int|None,
+                  measured:tuple=FORMAT_BITS) -> str:
+    "In words, what a calibration's widths were measured on: the start of the `source` each plan on it records."
+    names = ', '.join(load_text(t)[1] for t in texts) # as resolved: 'python' records its version
+    source = (f"{model} on {names}: {windows} windows of {length} tokens per text outside every evaluation window, "
+              f"every other one ending in a {repeat}-token passage repeated from its start; KL over the last "
+              f"{length // 2} positions")
+    if residual is not None:
+        source += f", each reading its {residual} newest tokens and the rest of their key group at fp16"
+    if tuple(measured) != FORMAT_BITS:
+        source += (f"; KL measured at {'/'.join(map(str, measured))} bits, the other widths scaled from the nearest by "
+                   "their local errors")
+    return source
+
+def eviction_source(window:int, recent:int|None, drop_group:int, windows:int, length:int) -> str:
+    "In words, what eviction was measured on: the rest of the `source`."
+    return (f"; eviction beyond {window} tokens"
+            + (f", the newest {recent} of them and the most attended, chunked as protocol P" if recent is not None
+               else '')
+            + (f", dropping {drop_group} rows at once" if drop_group > 1 else '')
+            + f", on {windows} such windows of {length} tokens per text, KL over the last {length // 2}")
+
 # %% ../nbs/11e_measure.ipynb #a1000031
 def _count_or_none(s:str) -> int|None:
     "`--residual`, `--window`: a token count, or 'none'."
@@ -292,6 +316,7 @@ def _check_options(o):
         raise ValueError(f"--evict-length {o.evict_length} must exceed --window {o.window}: a head keeps its newest "
                          "--window tokens, so shorter windows would measure eviction as free")
     if o.device: check_device(o.device)
+    if o.out is None: return # `calibrate` returns what it measures
     out = Path(o.out)
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise ValueError(f"--out {o.out}: not a file that can be written in an existing directory")
@@ -411,24 +436,13 @@ def main(argv=None) -> int:
         evict_windows = calibration_set(tok, o.texts, o.windows, o.evict_length, o.repeat) if evicts else None
     except (ValueError, OSError, NotImplementedError, KeyError) as e:
         print(f"kvstrat-calibrate: error: {' '.join(str(e).split())}", file=sys.stderr); return 2
-    texts = ', '.join(load_text(t)[1] for t in o.texts) # as resolved: 'python' records its version
-    source = (f"{o.model} on {texts}: {o.windows} windows of {o.length} tokens per text outside every "
-              f"evaluation window, every other one ending in a {o.repeat}-token passage repeated from its start; "
-              f"KL over the last {o.length // 2} positions")
-    if o.residual is not None: source += (f", each reading its {o.residual} newest tokens and the rest of their key "
-                                          "group at fp16")
-    if o.measure_bits != FORMAT_BITS and not o.only_eviction:
-        source += (f"; KL measured at {'/'.join(map(str, o.measure_bits))} bits, the other widths scaled from the "
-                   "nearest by their local errors")
+    source = widths_source(o.model, o.texts, o.windows, o.length, o.repeat, o.residual,
+                           FORMAT_BITS if o.only_eviction else o.measure_bits)
     if o.only_eviction and kept.source.split('; eviction')[0] != source:
         print(f"kvstrat-calibrate: error: {o.out}'s widths were measured otherwise ({kept.source}): give the same "
               "--windows, --length, --repeat and --residual", file=sys.stderr)
         return 2
-    if evicts: source += (f"; eviction beyond {o.window} tokens" + (f", the newest {o.recent} of them and the most "
-                          "attended, chunked as protocol P" if o.recent is not None else '')
-                          + (f", dropping {o.drop_group} rows at once" if o.drop_group > 1 else '')
-                          + f", on {o.windows} such "
-                          f"windows of {o.evict_length} tokens per text, KL over the last {o.evict_length // 2}")
+    if evicts: source += eviction_source(o.window, o.recent, o.drop_group, o.windows, o.evict_length)
     partial = Path(f'{o.out}.partial')
     settings = dict(source=source, shape=list(shape), group=o.group, keys=o.keys, rotate=o.rotate,
                     window=o.window if evicts else None, recent=o.recent, drop_group=o.drop_group, residual=o.residual,
@@ -462,3 +476,27 @@ def main(argv=None) -> int:
 # %% ../nbs/11e_measure.ipynb #a1000025
 from fastcore.imports import in_notebook
 if __name__ == "__main__" and not in_notebook(): sys.exit(main())
+
+# %% ../nbs/11e_measure.ipynb #ddd47a07
+def calibrate(model, tokenizer, # a supported decoder, and its tokenizer
+              ratio:float=4.0, # the stratigraphic ratio it is for: the rows its plan keeps are the rows measured
+              texts:tuple=('wikitext2', 'austen'), # named texts (read outside every evaluation window) or files
+              windows:int=2, length:int=320, repeat:int=128, # per text: windows of `length` tokens, passages to copy
+              evict_length:int=1024, # tokens per window that eviction is measured on
+              rotate:bool=True, keys:str='channel', group:int=32, # the formats, as `stratigraphic`'s parameters
+              measured:tuple=(3,), # widths measured, the others scaled; FORMAT_BITS: every width
+              name:str|None=None, # the model's name in the calibration's source; None: its config's
+              progress=None) -> Sensitivity: # progress(layer_idx, cost, evict) after each layer
+    "`kvstrat-calibrate` from Python: the calibration `stratigraphic:ratio=ratio` plans on, measured on `model`."
+    o = argparse.Namespace(ratio=ratio, windows=windows, length=length, repeat=repeat, evict_length=evict_length,
+                           group=group, threads=None, device=None, out=None, only_eviction=False, only_widths=False,
+                           pool_with=[])
+    _resolve_plan_rows(o); _check_options(o)
+    family, evicts = FormatFamily(key_group=group, key_axis=keys, rotate=rotate), o.window is not None
+    source = widths_source(name or model.config.name_or_path, list(texts), windows, length, repeat, o.residual,
+                           measured)
+    if evicts: source += eviction_source(o.window, o.recent, o.drop_group, windows, evict_length)
+    evict_windows = calibration_set(tokenizer, list(texts), windows, evict_length, repeat) if evicts else None
+    return measure_sensitivity(model, calibration_set(tokenizer, list(texts), windows, length, repeat), family,
+                               window=o.window, recent=o.recent, drop_group=o.drop_group, evict_windows=evict_windows,
+                               measured=tuple(measured), residual=o.residual, source=source, progress=progress)

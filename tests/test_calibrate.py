@@ -5,7 +5,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from kvstrat.core import tiny_model
 from kvstrat.sensitivity import load_sensitivity, pool_sensitivities
-from kvstrat.measure import main
+from kvstrat.measure import main, calibrate as calibrate_from
+from kvstrat.core import load_model
 from kvstrat.stratigraphic import Stratigraphic
 from kvstrat.adapter import ModelSpec
 
@@ -110,3 +111,16 @@ def test_token_keys(tiny_dir):
     Stratigraphic(ratio=3, keys='token', window=None, calibration=str(d/'tokens.json')).sensitivity(ModelSpec.of(model))
     with pytest.raises(ValueError, match='was measured for'):
         Stratigraphic(ratio=3, window=None, calibration=str(d/'tokens.json')).sensitivity(ModelSpec.of(model))
+
+def test_calibrate_from_python_is_the_command(tiny_dir):
+    "`kvstrat.calibrate` on a loaded model measures what `kvstrat-calibrate` writes, at the defaults and at ratio 6.75."
+    d = tiny_dir
+    model, tok = load_model(str(d/'model'))
+    for ratio, more in ((4.0, ()), (6.75, ('--ratio', '6.75'))):
+        assert calibrate(d, 'a.txt', 'cli.json', '--evict-length', '288', *more) == 0
+        cli = load_sensitivity(d/'cli.json')
+        s = calibrate_from(model, tok, ratio=ratio, texts=[str(d/'a.txt')], windows=2, length=64, repeat=16,
+                           evict_length=288, name=str(d/'model'))
+        torch.testing.assert_close(s.cost, cli.cost, rtol=0, atol=0); torch.testing.assert_close(s.evict, cli.evict)
+        assert (s.source, s.window, s.recent, s.drop_group, s.residual) == (
+            cli.source, cli.window, cli.recent, cli.drop_group, cli.residual)

@@ -9,7 +9,7 @@ MODULES = sorted(p.stem for p in PKG.glob('*.py') if p.stem not in ('__init__', 
 STRATEGY_MODULES = {'baselines', 'importance', 'stratigraphic', 'zoned', 'streaming'}
 READING_ORDER = ['core', 'adapter', 'quant', 'kernels', 'formats', 'store', 'attention', 'triton_attention', 'policy', 'cache',
                  'baselines', 'protocol', 'importance', 'stratigraphic', 'linear_attention', 'sensitivity', 'measure', 'zoned',
-                 'streaming', 'calibration', 'results', 'bench', 'distributed', 'report', 'cli', 'docs', 'preview', 'architectures', 'arch_study']
+                 'streaming', 'calibration', 'results', 'bench', 'distributed', 'report', 'cli', '__main__', 'docs', 'preview', 'architectures', 'arch_study']
 
 def imports(module:str) -> set[str]:
     "The kvstrat modules `module` imports, anywhere in its source (function bodies too)."
