@@ -24,6 +24,7 @@ __all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows', 'quiet_
 class Full(Strategy):
     "FullKV: the reference. Stored exactly as `DynamicCache` stores it."
     name: ClassVar[str] = 'full'
+    report_family: ClassVar[str] = 'FullKV'
     def needs(self): return Needs(fp_dtype=None, exact=True)
 
 # %% ../nbs/08_baselines.ipynb #4995080a
@@ -31,6 +32,7 @@ class Full(Strategy):
 class NaiveQuant(Strategy):
     "Every token quantised symmetrically per token (the original's INT8/INT4)."
     bits: ClassVar[int] = 8
+    report_family: ClassVar[str] = 'quantisers'
     def needs(self): return Needs(ordered=True)
     def tiers(self, head_dim:int): return (FP16, TierSpec(self.bits, 'token', head_dim, head_dim, symmetric=True))
     def assign(self, view): return torch.ones_like(view.tier)
@@ -55,6 +57,7 @@ class Int4(NaiveQuant):
 class Kivi(Strategy):
     "KIVI: per-channel keys, per-token values, fp16 attention sinks and residual window; 2, 3 or 4 bits."
     name: ClassVar[str] = 'kivi'
+    report_family: ClassVar[str] = 'quantisers'
     bits: int = 4 # 2, 3 or 4: the original paper measured 2 and 4
     group: int = 32 # tokens per key group (channels per key group with key_axis='token')
     value_group: int|None = None # channels per value group; None: the whole head (one scale per token and head)

@@ -10,15 +10,15 @@ import base64, html, json, math, re
 from dataclasses import fields
 from pathlib import Path
 from .core import describe_model
-from .policy import STRATEGY_PRESETS, make_strategy
+from .policy import STRATEGIES, STRATEGY_PRESETS, make_strategy
 from .results import PROTOCOLS, Locked, OutLock, Results, recorded_param, short_label, strategy_params
 
 # %% auto #0
-__all__ = ['FAMILIES', 'FAMILY_COLOURS', 'STRATEGY_COLUMNS', 'WINDOWS_NOTE', 'preset_name', 'family', 'shown_compression',
-           'window_deltas', 'worst_window', 'summarize', 'strategy_lines', 'measures_every_context', 'strategy_table',
-           'markdown_table', 'table_notes', 'results_table', 'texts_lines', 'window_lines', 'pareto_front',
-           'family_fronts', 'plot_pareto', 'plot_headline', 'html_table', 'html_report', 'report_sections',
-           'write_report', 'report_rows']
+__all__ = ['PALETTE', 'STRATEGY_COLUMNS', 'WINDOWS_NOTE', 'preset_name', 'families', 'family_colours', 'family',
+           'shown_compression', 'window_deltas', 'worst_window', 'summarize', 'strategy_lines',
+           'measures_every_context', 'strategy_table', 'markdown_table', 'table_notes', 'results_table', 'texts_lines',
+           'window_lines', 'pareto_front', 'family_fronts', 'plot_pareto', 'plot_headline', 'html_table', 'html_report',
+           'report_sections', 'write_report', 'report_rows']
 
 # %% ../nbs/16_report.ipynb #881e7753
 def _same(a, b) -> bool: return json.dumps(a, default=str) == json.dumps(b, default=str) # as stored in JSON
@@ -37,17 +37,23 @@ def preset_name(x:dict|str, # a result row, or a strategy as `make_strategy` rea
     return short_label(strategy or x)
 
 # %% ../nbs/16_report.ipynb #a41637ac
-FAMILIES = {'FullKV': ('full',), 'quantisers': ('int8', 'int4', 'kivi'),
-            'eviction': ('streamingllm', 'snapkv', 'h2o', 'keynorm'),
-            'stratigraphic': ('stratigraphic',), 'zoned/adaptive': ('zoned', 'adaptive'),
-            'streaming/hybrid': ('streaming', 'hybrid')}
-FAMILY_COLOURS = dict(zip([*FAMILIES, 'other'], ('black', 'tab:blue', 'tab:orange', 'tab:green', 'tab:olive',
-                                                 'tab:purple', 'tab:grey')))
+PALETTE = ('black', 'tab:blue', 'tab:orange', 'tab:green', 'tab:olive', 'tab:purple', 'tab:red', 'tab:cyan',
+           'tab:brown', 'tab:pink') # the families' colours, in the registry's order; 'other' is grey
+
+def families() -> dict[str, tuple[str, ...]]:
+    "Registered strategies' names by the family reports group them in (`Strategy.report_family`), in registry order."
+    out = {}
+    for name, cls in STRATEGIES.items(): out[cls.report_family] = out.get(cls.report_family, ()) + (name,)
+    return out
+
+def family_colours() -> dict[str, str]:
+    "Each family's colour, and 'other''s: a family keeps its colour while the families before it stay."
+    return {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(families())} | {'other': 'tab:grey'}
 
 def family(row:dict) -> str:
-    "The family of a row's strategy: a key of `FAMILIES`, or 'other'."
-    name = row['strategy'].partition(':')[0]
-    return next((f for f, names in FAMILIES.items() if name in names), 'other')
+    "The family of a row's strategy (its class's `report_family`), or 'other' for a name no longer registered."
+    cls = STRATEGIES.get(row['strategy'].partition(':')[0])
+    return 'other' if cls is None else cls.report_family
 
 # %% ../nbs/16_report.ipynb #a8f4eb77
 def shown_compression(row:dict) -> float|None:
@@ -237,7 +243,7 @@ def _log_compression(ax):
 def _pareto_panel(ax, ppl:list[dict]):
     from adjustText import adjust_text
     for fam, front in family_fronts(ppl).items():
-        colour, members = FAMILY_COLOURS[fam], [r for r in ppl if family(r) == fam]
+        colour, members = family_colours()[fam], [r for r in ppl if family(r) == fam]
         x, y = [shown_compression(r) for r in members], [r['delta_ppl_pct'] for r in members]
         ax.errorbar(x, y, yerr=[_err_pct(r) for r in members], fmt='none', ecolor=colour, elinewidth=0.6, alpha=0.3)
         ax.scatter(x, y, s=20, color=colour, zorder=3, label=fam)
@@ -265,7 +271,7 @@ def _headline_panel(ax, ppl:list[dict], order:list[str], names:list[str]):
     at = {r['strategy']: r for r in ppl}
     shown = [(i, at[s]) for i, s in enumerate(order) if s in at]
     y, pct, err = [i for i, _ in shown], [r['delta_ppl_pct'] for _, r in shown], [_err_pct(r) for _, r in shown]
-    ax.barh(y, pct, xerr=err, color=[FAMILY_COLOURS[family(r)] for _, r in shown],
+    ax.barh(y, pct, xerr=err, color=[family_colours()[family(r)] for _, r in shown],
             error_kw=dict(elinewidth=0.6, alpha=0.4))
     for yi, p, e, (_, r) in zip(y, pct, err, shown):
         ax.annotate(f'{shown_compression(r):.2f}×', (max(p + e, 0), yi), xytext=(3, 0), textcoords='offset points',
@@ -285,7 +291,7 @@ def plot_headline(rows:list[dict], # one model's rows: a panel per text
     first = {r['strategy']: r['delta_ppl_pct'] for r in panels[0][1]} # sorted on the first text
     order = sorted(strategies, key=lambda s: first.get(s, math.inf))
     for ax, ppl in panels: _headline_panel(ax, ppl, order, [preset_name(strategies[s]) for s in order])
-    handles = [Patch(color=FAMILY_COLOURS[f], label=f) for f in dict.fromkeys(map(family, strategies.values()))]
+    handles = [Patch(color=family_colours()[f], label=f) for f in dict.fromkeys(map(family, strategies.values()))]
     fig.legend(handles=handles + [Line2D([], [], color='black', lw=0.8, label='FullKV (1.00×)')], fontsize=7,
                loc='center left', bbox_to_anchor=(0.9, 0.5))
     fig.savefig(path, dpi=120, bbox_inches='tight')

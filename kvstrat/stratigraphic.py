@@ -101,6 +101,7 @@ class Stratigraphic(Strategy):
      "from fp16 into the widths a measured-KL knapsack gives them, meeting a compression ratio; eviction "
      "beyond `window` tokens is one more choice per head, the deepest zone, with the window fp16 or quantised.")
     name: ClassVar[str] = 'stratigraphic'
+    report_family: ClassVar[str] = 'stratigraphic'
     ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
     calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
     length: int = 1024 # context the target is planned at: the fp16 sinks and window weigh more in a shorter one

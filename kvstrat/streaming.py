@@ -380,6 +380,7 @@ class Streaming(Strategy):
     ("Streaming heads: the `fraction` of KV heads least needed for retrieval keep sinks and a recent window exactly "
      "and fold older tokens into a decayed linear state; the other heads keep every token.")
     name: ClassVar[str] = 'streaming'
+    report_family: ClassVar[str] = 'streaming/hybrid'
     fraction: float = 0.25 # share of KV heads (over all layers) that stream: those with the lowest pattern values
     pattern: str = 'auto' # head pattern directory; 'auto': the calibration's; 'index': (layer, head) order, data-free
     # calibration directory; 'auto': shipped for this model shape, else zero-shot; 'none': zero-shot
@@ -475,6 +476,7 @@ def quiet_steps(self:Streaming, view:LayerView, target) -> int: return NEVER_MOV
 class Hybrid(Streaming):
     "Streaming heads as in `streaming`; the retrieval heads are stored by `stratigraphic` at compression `ratio`."
     name: ClassVar[str] = 'hybrid'
+    report_family: ClassVar[str] = 'streaming/hybrid'
     ratio: float = 3.0 # stratigraphic's target compression for the retrieval heads
     residual: int = 12 # stratigraphic's fp16 recent window
     group: int = 32 # stratigraphic's key group: its shipped calibration is for groups of 32

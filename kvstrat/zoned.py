@@ -134,6 +134,7 @@ class Zoned(Strategy):
     ("Per-head one-way zones FP16 → INT8 → INT4 (→ INT2) → evicted, anchors at FP16, "
      "meeting a measured compression ratio.")
     name: ClassVar[str] = 'zoned'
+    report_family: ClassVar[str] = 'zoned/adaptive'
     ratio: float = 4.0 # target compression, fp16 bytes / bytes held, as cache.nbytes() measures it
     schedule: str = 'uniform' # layer budget schedule: uniform, inverted (the original's) or pyramid; see the ablation
     strength: float = 0.6 # λ of the schedule
@@ -318,6 +319,7 @@ def zone_history(model, strategy, ids:torch.Tensor, # (B, T) token ids
 class Adaptive(Strategy):
     "The original's Adaptive Tiered cache: fixed 25/30/25/20 % FP16/INT8/INT4/evicted by importance, re-planned freely."
     name: ClassVar[str] = 'adaptive'
+    report_family: ClassVar[str] = 'zoned/adaptive'
     zones: str = '0.25/0.3/0.25' # FP16/INT8/INT4 fractions of tokens seen; the rest is evicted
     group: int = 64
 

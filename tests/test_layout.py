@@ -1,12 +1,13 @@
 """The library's layout, checked from its source: which module may import which, that importing kvstrat changes
 nothing in transformers, that every strategy module is known to the registry, and the sizes a reader can hold."""
-import ast, subprocess, sys
+import ast, re, subprocess, sys
 from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1]/'kvstrat'
 MODULES = sorted(p.stem for p in PKG.glob('*.py') if p.stem not in ('__init__', '_modidx'))
-STRATEGY_MODULES = {'baselines', 'importance', 'stratigraphic', 'zoned', 'streaming'}
+from kvstrat.policy import strategy_modules
+STRATEGY_MODULES = {m.split('.')[1] for m in strategy_modules()}
 READING_ORDER = ['core', 'adapter', 'quant', 'kernels', 'formats', 'store', 'attention', 'triton_attention', 'policy', 'cache',
                  'baselines', 'protocol', 'importance', 'stratigraphic', 'linear_attention', 'sensitivity', 'measure', 'zoned',
                  'streaming', 'calibration', 'results', 'bench', 'distributed', 'report', 'cli', '__main__', 'docs', 'preview', 'architectures', 'arch_study']
@@ -70,15 +71,47 @@ assert not changed and before[1:] == after[1:], (changed, before[1:], after[1:])
     subprocess.run([sys.executable, '-c', code], check=True, timeout=300)
 
 def test_the_registry_knows_every_strategy_module():
-    "A module that registers a strategy is in `STRATEGY_MODULES`, so it is loaded on the first look-up."
+    "Every module that registers a strategy is one `strategy_modules` finds, so it is loaded on the first look-up."
     code = f'''
 import importlib
-from kvstrat.policy import STRATEGIES, STRATEGY_MODULES
+from kvstrat.policy import STRATEGIES, strategy_modules
 for m in {MODULES!r}: importlib.import_module('kvstrat.' + m)
 found = {{cls.__module__ for cls in STRATEGIES.classes.values()}}
-assert found == set(STRATEGY_MODULES), (found, STRATEGY_MODULES)
+assert found == set(strategy_modules()), (found, strategy_modules())
 '''
     subprocess.run([sys.executable, '-c', code], check=True, timeout=300)
+
+PLUGIN = '''"A strategy in a module of its own, which no list names."
+from dataclasses import dataclass
+from typing import ClassVar
+import torch
+from kvstrat.policy import Strategy, register
+from kvstrat.formats import FP16, TierSpec
+
+@register
+@dataclass
+class NewestInt8(Strategy):
+    "The newest `window` tokens in fp16, older ones in INT8."
+    name: ClassVar[str] = 'plugin-newest-int8'
+    window: int = 8
+    def tiers(self, head_dim): return (FP16, TierSpec(8, 'token', head_dim, head_dim, symmetric=True))
+    def assign(self, view): return torch.where(view.pos < view.seen - self.window, 1, view.tier)
+'''
+
+def test_a_strategy_in_a_new_module_is_found_and_run_by_the_matrix(tmp_path):
+    "A module added to the package (here through its `__path__`) is found by name, and the shared matrix runs it."
+    (tmp_path/'plugin_strategy.py').write_text(PLUGIN)
+    code = f'''
+import sys, kvstrat, pytest
+kvstrat.__path__.append({str(tmp_path)!r})
+from kvstrat.policy import make_strategy
+assert type(make_strategy('plugin-newest-int8:window=4')).__module__ == 'kvstrat.plugin_strategy'
+sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {str(PKG.parent/'tests'/'test_strategies.py')!r},
+                      '-k', 'plugin-newest-int8 and gqa']))
+'''
+    run = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.search(r'\b([1-9]\d*) passed', run.stdout), run.stdout[-500:] # the matrix selected and ran it
 
 def test_a_strategy_module_needs_no_prior_import():
     "`from kvstrat.stratigraphic import *` is the whole API, every strategy included."
