@@ -6,14 +6,15 @@ Docs: https://kvstrat.github.io/kvstrat/bench.html.md"""
 
 # %% ../nbs/15_bench.ipynb #0a630233
 from __future__ import annotations
-import argparse, math, multiprocessing, random, re, resource, statistics, sys, time, traceback
+import argparse, ast, inspect, io, math, multiprocessing, random, re, resource, statistics, sys, textwrap, time
+import traceback
+from tokenize import COMMENT, generate_tokens
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, MISSING
 from datetime import datetime
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from fastcore.docments import docments
 from tqdm import tqdm
 from .adapter import ModelSpec
 from .core import (c_library, eval_windows, load_model, load_text, pick_device, release_freed_memory, tiny_model,
@@ -26,8 +27,8 @@ from .results import (OutLock, Results, commit_warning, environment, new_row, ro
 
 # %% auto #0
 __all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUESTION', 'SPEED_CHUNK', 'POOLED',
-           'load_strategies', 'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress', 'PasskeyCase',
-           'passkey_case', 'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory',
+           'load_strategies', 'field_notes', 'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress',
+           'PasskeyCase', 'passkey_case', 'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory',
            'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench', 'parse_strategies',
            'random_tokens', 'longest_context', 'check_context', 'prepare', 'row_summary', 'OutOfTime']
 
@@ -44,13 +45,31 @@ def _doc(cls) -> str:
         if doc and not doc.startswith(f'{c.__name__}('): return doc.splitlines()[0]
     return ''
 
+# %% ../nbs/15_bench.ipynb #72c1e50b
+def field_notes(cls) -> dict[str, str]:
+    "Each field's comment, whole: the one after it and the comment lines indented under it (a subclass's win)."
+    notes = {}
+    for c in reversed(cls.__mro__):
+        try: src = textwrap.dedent(inspect.getsource(c))
+        except (OSError, TypeError): continue # no source (a class defined in a REPL)
+        lines = src.splitlines()
+        comments = {t.start[0]: (t.start[1], t.string.lstrip('#').strip())
+                    for t in generate_tokens(io.StringIO(src).readline) if t.type == COMMENT}
+        for node in ast.parse(src).body[0].body:
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)): continue
+            if (n := node.end_lineno) not in comments: continue
+            parts = [comments[n][1]]
+            while n + 1 in comments and lines[n].lstrip().startswith('#') and comments[n + 1][0] > node.col_offset:
+                n += 1; parts.append(comments[n][1])
+            notes[node.target.id] = ' '.join(parts)
+    return notes
+
 # %% ../nbs/15_bench.ipynb #52bfa7e2
 def strategy_help() -> str:
     "One paragraph per registered strategy: its name, what it is, and each parameter with its default."
     out = []
     for name, cls in load_strategies().items():
-        try: notes = docments(cls, full=False)
-        except (OSError, TypeError): notes = {} # no source (e.g. defined in a REPL)
+        notes = field_notes(cls)
         out.append(f'  {name:<13} {_doc(cls)}') # at least one space, however long the name
         for f in fields(cls):
             default = f.default if f.default is not MISSING else '(required)'
