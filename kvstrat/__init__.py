@@ -7,7 +7,7 @@ Docs: https://kvstrat.github.io/kvstrat/api.html.md"""
 # %% auto #0
 __all__ = ['load_model', 'CompressedCache', 'make_strategy', 'STRATEGIES', 'Strategy', 'register', 'calibrate',
            'load_sensitivity', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned',
-           'Adaptive', 'Stratigraphic', 'Streaming', 'Hybrid', 'prefill_cache', 'decode_ppl']
+           'Adaptive', 'Stratigraphic', 'Streaming', 'Hybrid', 'prefill_cache', 'decode_ppl', 'load_text']
 
 # %% ../nbs/00a_api.ipynb #f7d7914b
 __version__ = "0.1.0"
@@ -17,4 +17,4 @@ from .measure import calibrate
 # %% ../nbs/00a_api.ipynb #c919d1e6
 _all_ = ['load_model', 'CompressedCache', 'make_strategy', 'STRATEGIES', 'Strategy', 'register', 'calibrate',
          'load_sensitivity', 'Full', 'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned',
-         'Adaptive', 'Stratigraphic', 'Streaming', 'Hybrid', 'prefill_cache', 'decode_ppl']
+         'Adaptive', 'Stratigraphic', 'Streaming', 'Hybrid', 'prefill_cache', 'decode_ppl', 'load_text']
