@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/cache.html.md"""
 
 # %% ../nbs/07_cache.ipynb #c176e5da
 from __future__ import annotations
-import warnings, weakref
+import threading, warnings, weakref
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import replace
@@ -337,6 +337,10 @@ def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dr
                       scaling:float|None=None, sliding_window:int|None=None, softcap:float|None=None, **kwargs):
     "The attention function of an attached `CompressedCache`: it reads the cache's stored tokens."
     check_attention_kwargs(module, kwargs) # what would change the math, and that kvstrat does not do, is refused
+    if cache.writing.pop(threading.get_ident(), None) != module.layer_idx: # else it would store another cache's rows
+        raise RuntimeError(f"layer {module.layer_idx} of {describe(cache.attached_to)} attended through the kvstrat "
+                           "cache attached to it, in a forward that did not write to that cache (another cache's or "
+                           "none, from another thread?): while a cache is attached, the model serves that cache alone")
     if attention_mask is not None and attention_mask.ndim != 2:
         raise ValueError("the kvstrat cache takes a 2-D padding mask (batch, tokens), not a prepared 4-D mask")
     # on the query's device: a model split over GPUs hands every layer the first device's mask
@@ -407,6 +411,7 @@ class CompressedCache(Cache):
             return CompressedLayer(self.strategy, i, self.spec, self.derived, tiered, window)
         super().__init__(layers=[make(i) for i in range(self.spec.n_layers)])
         self.attached_to = self.running = self.owner = None
+        self.writing = {} # thread -> the layer its forward just wrote: attention reads this cache for that layer alone
         if kept: warn_exact_layers(self.strategy.name, kept, self.spec.n_layers)
 
     @property
@@ -480,4 +485,5 @@ def update(self:CompressedCache, key_states, value_states, layer_idx:int, *args,
     if not self.running():
         raise RuntimeError(f"this cache is attached to {describe(self.attached_to)}, but {describe(running_model())} "
                            "ran with it: attach the cache to the model that uses it")
+    self.writing[threading.get_ident()] = layer_idx
     return super(CompressedCache, self).update(key_states, value_states, layer_idx, *args, **kwargs)
