@@ -19,9 +19,9 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 
 # %% auto #0
 __all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'NEUTRAL_KWARGS', 'LORA_TARGETS', 'FUSED_LORA_TARGETS',
-           'ModelSpec', 'padding_mask_only', 'attention_scope', 'describe', 'running_model', 'tracking_forward',
-           'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager', 'lora_targets',
-           'batch_repeated', 'PassThrough', 'running_from']
+           'ModelSpec', 'tokens_held', 'padding_mask_only', 'attention_scope', 'describe', 'running_model',
+           'tracking_forward', 'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager',
+           'lora_targets', 'batch_repeated', 'PassThrough', 'running_from']
 
 # %% ../nbs/01_adapter.ipynb #3c6b1032
 SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2', 'gemma2', 'gemma3', 'gemma3_text',
@@ -63,6 +63,11 @@ def of(cls:ModelSpec, model) -> ModelSpec:
     if cfg.model_type in EVERY_LAYER_SLIDES: sliding = (bool(window),) * n
     return cls(cfg.model_type, n, n_heads, n_kv, head_dim, sliding, window if any(sliding) else None,
                getattr(cfg, 'attn_logit_softcapping', None))
+
+# %% ../nbs/01_adapter.ipynb #5828f8f8
+def tokens_held(seen:int, window:int|None) -> int:
+    "Tokens a layer holds after `seen`: a sliding-window layer, the newest `window - 1` at most (as transformers')."
+    return seen if window is None else min(seen, window - 1)
 
 # %% ../nbs/01_adapter.ipynb #0e60dfe5
 SCOPE_PREFIX = 'kvstrat-'

@@ -15,6 +15,7 @@ from fastcore.basics import patch
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, describe, exact_layer, exact_length,
+                             tokens_held,
                              running_model, sdpa, softcap_eager, tracking_forward)
 from .store import LayerStore
 from .core import release_freed_memory
@@ -430,8 +431,7 @@ def fp16_nbytes(self:CompressedCache) -> int:
     def held(l):
         if not l.is_initialized: return 0
         if not isinstance(l, CompressedLayer): return l.keys.numel() * 2 * 2
-        tokens = l.store.seen if l.window is None else min(l.store.seen, l.window - 1) # what a sliding layer holds
-        return l.store.B * l.store.H * tokens * l.store.D * 2 * 2
+        return l.store.B * l.store.H * tokens_held(l.store.seen, l.window) * l.store.D * 2 * 2
     return sum(held(l) for l in self.layers)
 
 @patch

@@ -187,6 +187,7 @@ def keep_top(score:torch.Tensor, # (N,) importance, higher is kept first
 @dataclass
 class Evict(Strategy):
     "Keep each head's protected rows and its best-scoring rows up to the budget; evict the others."
+    report_family: ClassVar[str] = 'eviction'
     budget: float = 0.5 # fraction (0, 1] of the tokens seen, or a token count per head
     sinks: int = 4 # first positions always kept
     window: int = 32 # most recent positions always kept
@@ -238,7 +239,6 @@ class StreamingLLM(Strategy):
 class SnapKV(Evict):
     "SnapKV: keep the tokens the prompt's last queries attend to, pooled over neighbours."
     name: ClassVar[str] = 'snapkv'
-    report_family: ClassVar[str] = 'eviction'
     kernel: int = 7 # pooling width (odd), in held rows
     pool: str = 'max' # 'max' or 'avg'
     every_chunk: bool = False # reselect after every chunk, not only after the prefill
@@ -262,7 +262,6 @@ class SnapKV(Evict):
 class H2O(Evict):
     "Heavy-hitter oracle: keep the tokens that received the most attention so far."
     name: ClassVar[str] = 'h2o'
-    report_family: ClassVar[str] = 'eviction'
     mean: bool = False # rank by mean attention per query that could see the token, not the cumulative sum
 
     def needs(self): return Needs(attention=True, summed=True, scores=True)
@@ -277,7 +276,6 @@ class H2O(Evict):
 class KeyNorm(Evict):
     "Keep the tokens whose keys have the smallest L2 norm."
     name: ClassVar[str] = 'keynorm'
-    report_family: ClassVar[str] = 'eviction'
     def needs(self): return Needs(keys=True)
 
     @classmethod

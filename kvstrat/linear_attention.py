@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from .adapter import ModelSpec, attention_scope, describe
 from .core import read_json
-from .attention import explicit_attention
+from .attention import allowed_slots, explicit_attention
 
 # %% auto #0
 __all__ = ['FEATURE_MAPS', 'feature', 'decayed_reference', 'decayed_recurrent', 'decayed_chunked', 'fla_available', 'decayed_fla',
            'decayed_attention', 'StreamParams', 'model_shape', 'combine_state', 'streaming_reference', 'exact_part',
-           'streaming_attention', 'attention_override', 'causal_attention', 'hybrid_override']
+           'streaming_attention', 'attention_override', 'visible_positions', 'causal_attention', 'hybrid_override']
 
 # %% ../nbs/11a_linear_attention.ipynb #f2b3feba
 FEATURE_MAPS = {'elu1': lambda x: F.elu(x) + 1, 'relu': F.relu, 'softplus': F.softplus}
@@ -216,6 +216,12 @@ def attention_override(model, fn): # fn(layer_idx, query, key, value, scaling, w
         fn(module.layer_idx, q, k, v, scaling or q.shape[-1] ** -0.5, sliding_window or None), None)
     return attention_scope(model, attend, f'kvstrat-override-{id(fn):x}')
 
+# %% ../nbs/11a_linear_attention.ipynb #ad432632
+def visible_positions(T:int, window:int|None=None, device=None) -> torch.Tensor: # (T, T) bool
+    "Which positions each of `T` queries attends in a causal pass (within a sliding `window`): `allowed_slots`'s rule."
+    t = torch.arange(T, device=device)
+    return allowed_slots(t[None, None], t, window=window)[0, 0]
+
 # %% ../nbs/11a_linear_attention.ipynb #d1946cd2
 def causal_attention(query, key, value, scaling:float,
                      window:int|None=None) -> torch.Tensor: # a sliding window: each query's newest `window` tokens
@@ -224,9 +230,8 @@ def causal_attention(query, key, value, scaling:float,
     if window is None or T <= window: # no query sees past its window
         out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
         return out.transpose(1, 2)
-    t = torch.arange(T, device=query.device)
-    visible = (t[None] <= t[:, None]) & (t[None] > t[:, None] - window) # (T, T)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=visible, scale=scaling, enable_gqa=True)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=visible_positions(T, window, query.device),
+                                         scale=scaling, enable_gqa=True)
     return out.transpose(1, 2)
 
 # %% ../nbs/11a_linear_attention.ipynb #636dbe01

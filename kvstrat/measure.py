@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/measure.html.md"""
 
 # %% ../nbs/11e_measure.ipynb #2ca54ab1
 from __future__ import annotations
-import argparse, hashlib, json, os, sys, time
+import argparse, json, os, sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 import torch

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Protocol
 from fastcore.basics import patch
 import torch
-from .adapter import ModelSpec
+from .adapter import ModelSpec, tokens_held
 from .formats import FP16, TierSpec, head_starts
 
 # %% auto #0
@@ -66,7 +66,7 @@ class LayerView:
     def evicted(self) -> int: return self.n_tiers
     @property
     def tokens(self) -> int: # what a share of the tokens is a share of: those seen, or a sliding window's
-        return self.seen if self.window is None else min(self.seen, self.window - 1)
+        return tokens_held(self.seen, self.window)
     def only(self, rows:torch.Tensor, # (N,) bool, or indices: the rows kept
              **changes) -> LayerView: # fields to set besides
         "The view of `rows` alone."

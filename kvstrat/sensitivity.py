@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .core import package_data, read_json
 from .adapter import ModelSpec
 from .formats import TierSpec, decode_rows, encode_rows
-from .linear_attention import causal_attention, model_shape
+from .linear_attention import causal_attention, model_shape, visible_positions
 from .calibration import calibration_windows
 from .importance import keep_top
 
@@ -94,8 +94,7 @@ def mixed_attention(query, key, value, # (B, H_q, T, D), (B, H_kv, T, D) ×2: ex
     "Causal attention that reads the tokens `exact` marks from `key`, `value` and the rest from `key_q`, `value_q`."
     g, T = query.shape[1] // key.shape[1], key.shape[2]
     k, v, kq, vq = (x.repeat_interleave(g, 1).float() for x in (key, value, key_q, value_q))
-    t = torch.arange(T, device=query.device)
-    q, causal = query.float(), (t[None] <= t[:, None]) & (t[None] > t[:, None] - (window or T)) # (T, T)
+    q, causal = query.float(), visible_positions(T, window, query.device) # (T, T)
     scores = torch.where(exact, q @ k.transpose(-1, -2), q @ kq.transpose(-1, -2)) * scaling # (B, H_q, T, T)
     p = scores.masked_fill(~causal, float('-inf')).softmax(-1)
     return ((p * exact) @ v + (p * (causal & ~exact)) @ vq).to(query.dtype).transpose(1, 2)
@@ -109,7 +108,7 @@ def evicting_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H
     out, g, T = causal_attention(query, key, value, scaling, sliding), query.shape[1] // key.shape[1], query.shape[2]
     t, p = torch.arange(T, device=query.device)[:, None], torch.arange(T, device=query.device)
     # as the cache reads: the rows kept at the last step, and the new one; a sliding layer forgets its sinks in time
-    kept = (p <= t) & ((p < sinks) | (p >= t - window)) & (p > t - (sliding or T)) # (T, T)
+    kept = visible_positions(T, sliding, query.device) & ((p < sinks) | (p >= t - window)) # (T, T)
     for rows, h in evicts: # one head's query heads at a time: its (T, T) mask, not the batch's
         out[rows, :, h * g:(h + 1) * g] = F.scaled_dot_product_attention(
             query[rows, h * g:(h + 1) * g], key[rows, h, None], value[rows, h, None], attn_mask=kept, scale=scaling,
@@ -159,7 +158,7 @@ def kept_attention(query, key, value, scaling:float, # (B, H_q, T, D), (B, H_kv,
     out, g = causal_attention(query, key, value, scaling, sliding), query.shape[1] // key.shape[1]
     T = query.shape[2]
     t = torch.arange(T, device=query.device)
-    seen = (t[None] <= t[:, None]) & (t[None] > t[:, None] - (sliding or T)) # (T, T): what each query may see at all
+    seen = visible_positions(T, sliding, query.device) # (T, T): what each query may see at all
     for rows, h in evicts:
         q, k, v = query[rows, h * g:(h + 1) * g].float(), key[rows, h, None].float(), value[rows, h, None].float()
         scores = (q @ k.transpose(-1, -2)) * scaling # (b, g, T, T)

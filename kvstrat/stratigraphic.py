@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from typing import ClassVar
 import torch
 from .core import *
-from .adapter import ModelSpec
+from .adapter import ModelSpec, tokens_held
 from .formats import FP16, TierSpec
 from .quant import check_rotatable
 from .policy import *
@@ -223,14 +223,15 @@ def top_held(self:Stratigraphic, head_dim:int) -> tuple[int, float]:
 
 # %% ../nbs/11_stratigraphic.ipynb #e1a90001
 @patch
-def fp16_bytes(self:Stratigraphic, head_dim:int) -> int:
-    "One head's keys and values at `length` tokens in fp16: the bytes `ratio` divides."
-    return self.length * 2 * 2 * head_dim
+def fp16_bytes(self:Stratigraphic, head_dim:int,
+               tokens:int|None=None) -> int: # None: `length`, one head's
+    "Keys and values of `tokens` rows in fp16: the bytes `ratio` divides."
+    return (self.length if tokens is None else tokens) * 2 * 2 * head_dim
 
 @patch
 def layer_lengths(self:Stratigraphic, spec:ModelSpec) -> torch.Tensor: # (L,)
     "Tokens each layer holds at `length`: a sliding-window layer holds the newest `window - 1` at most."
-    return torch.tensor([min(self.length, spec.sliding_window - 1) if s else self.length for s in spec.sliding])
+    return torch.tensor([tokens_held(self.length, spec.sliding_window if s else None) for s in spec.sliding])
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0015
 @patch
@@ -364,7 +365,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     planned_heads = torch.ones(len(cost), dtype=torch.bool) if heads is None else heads.flatten()
     cost, nbytes = cost[planned_heads], nbytes[planned_heads]
     # what an fp16 cache of the planned heads holds at `length` (a sliding layer: its window), which `ratio` divides
-    fp16 = int((lengths.repeat_interleave(spec.n_kv_heads)[planned_heads] * 2 * 2 * D).sum())
+    fp16 = self.fp16_bytes(D, int(lengths.repeat_interleave(spec.n_kv_heads)[planned_heads].sum()))
     fewest, most = bytes_reach(cost, nbytes) # (heads,) without plain eviction where plain_eviction=false
     lo, hi = fp16 / most.sum().item(), fp16 / fewest.sum().item()
     if self.ratio > hi + 1e-9:

@@ -476,7 +476,6 @@ def quiet_steps(self:Streaming, view:LayerView, target) -> int: return NEVER_MOV
 class Hybrid(Streaming):
     "Streaming heads as in `streaming`; the retrieval heads are stored by `stratigraphic` at compression `ratio`."
     name: ClassVar[str] = 'hybrid'
-    report_family: ClassVar[str] = 'streaming/hybrid'
     ratio: float = 3.0 # stratigraphic's target compression for the retrieval heads
     residual: int = 12 # stratigraphic's fp16 recent window
     group: int = 32 # stratigraphic's key group: its shipped calibration is for groups of 32
