@@ -6,21 +6,23 @@ Docs: https://kvstrat.github.io/kvstrat/adapter.html.md"""
 
 # %% ../nbs/01_adapter.ipynb #ae5f33a9
 from __future__ import annotations
-import sys
+import sys, threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fastcore.basics import patch
 import torch
 from transformers import AttentionInterface, PreTrainedModel
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as softcap_eager_forward
 
 # %% auto #0
-__all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'NEUTRAL_KWARGS', 'LORA_TARGETS', 'FUSED_LORA_TARGETS',
-           'ModelSpec', 'tokens_held', 'padding_mask_only', 'attention_scope', 'describe', 'running_model',
-           'tracking_forward', 'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager',
+__all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'SERVING', 'SERVING_LOCK', 'NEUTRAL_KWARGS',
+           'LORA_TARGETS', 'FUSED_LORA_TARGETS', 'ModelSpec', 'tokens_held', 'padding_mask_only', 'attention_scope',
+           'describe', 'running_model', 'model_attention', 'Serving', 'forward_cache', 'note_forwards', 'dispatching',
+           'serving', 'unserve', 'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager',
            'lora_targets', 'batch_repeated', 'PassThrough', 'running_from']
 
 # %% ../nbs/01_adapter.ipynb #3c6b1032
@@ -117,17 +119,93 @@ def running_model() -> PreTrainedModel|None:
     return found
 
 # %% ../nbs/01_adapter.ipynb #70e0541c
+def model_attention(module, implementation:str): # the implementation the model was loaded with ('sdpa', 'eager', ...)
+    "The attention function `module` calls under `implementation`, as transformers dispatches it."
+    eager = sys.modules[type(module).__module__].eager_attention_forward # 'eager' is each model file's own
+    return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
+
+# %% ../nbs/01_adapter.ipynb #3063ffea
+@dataclass
+class Serving:
+    "A model's state while kvstrat serves it: the attention it had, and the cache of each thread's forward passes."
+    model: PreTrainedModel
+    previous: str # the attention implementation the model had: forwards kvstrat does not read compute with it
+    hooks: list = field(default_factory=list)
+    users: int = 0 # scopes open on the model
+    alone: object = None # a cache that changed the model's weights: only its forwards may run
+    forwards: threading.local = field(default_factory=threading.local) # .caches: this thread's forwards, innermost last
+
+SERVING: dict[int, Serving] = {} # id(model) -> its state while any scope serves it
+SERVING_LOCK = threading.Lock()
+
+# %% ../nbs/01_adapter.ipynb #8542a325
+def forward_cache(model):
+    "The cache kvstrat reads in this thread's innermost forward pass through `model` (None: no such forward)."
+    caches = getattr(state.forwards, 'caches', None) if (state := SERVING.get(id(model))) else None
+    return caches[-1] if caches else None
+
+# %% ../nbs/01_adapter.ipynb #9ce45741
+def note_forwards(state:Serving, reads): # reads(cache) -> bool: is this a cache kvstrat's attention reads?
+    "Decoder hooks keeping, per thread, the cache each forward pass of `state.model` receives."
+    def enter(module, args, kwargs):
+        cache = next((a for a in (*args, *kwargs.values()) if isinstance(a, Cache)), None)
+        caches = state.forwards.__dict__.setdefault('caches', [])
+        caches.append(cache if reads(cache) else None) # first: `leave` runs even when this raises
+        if state.alone is not None and cache is not state.alone:
+            raise RuntimeError(f"{describe(state.model)}'s weights are changed while a cache whose strategy adapts "
+                               "them is attached: until its scope ends, that cache's forwards alone may run")
+    def leave(*args): state.forwards.caches.pop()
+    decoder = state.model.get_decoder() if hasattr(state.model, 'get_decoder') else state.model
+    return [decoder.register_forward_pre_hook(enter, with_kwargs=True),
+            decoder.register_forward_hook(leave, always_call=True)]
+
+# %% ../nbs/01_adapter.ipynb #bfc00d9c
+def dispatching(state:Serving, attend): # attend(cache, module, query, key, value, mask, **kw)
+    "The attention function and mask hook of a served model: kvstrat's for a forward it reads, else the model's own."
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        if (cache := forward_cache(state.model)) is not None:
+            return attend(cache, module, query, key, value, attention_mask, **kwargs)
+        return model_attention(module, state.previous)(module, query, key, value, attention_mask, **kwargs)
+    def mask(*args, **kwargs):
+        own = ALL_MASK_ATTENTION_FUNCTIONS[state.previous] # the mask the model would build for its own attention
+        return (own if forward_cache(state.model) is None else padding_mask_only)(*args, **kwargs)
+    return attention, mask
+
+# %% ../nbs/01_adapter.ipynb #32d19bdb
 @contextmanager
-def tracking_forward(model):
-    "Scope yielding `running()`: is a forward pass of `model`'s decoder in progress? Its hooks go when the scope ends."
-    depth = [0]
-    decoder = model.get_decoder() if hasattr(model, 'get_decoder') else model
-    def enter(*args): depth[0] += 1
-    def leave(*args): depth[0] -= 1
-    hooks = [decoder.register_forward_pre_hook(enter), decoder.register_forward_hook(leave, always_call=True)]
-    try: yield lambda: depth[0] > 0
+def serving(model, attend, # attend(cache, module, query, key, value, mask, **kw): attention through a kvstrat cache
+            reads, # reads(cache) -> bool: is a forward's cache one that `attend` reads?
+            alone=None): # a cache that changes the model's weights: the model serves it alone
+    "Scope in which each forward of `model` attends through its own cache; the last scope to end undoes every change."
+    with SERVING_LOCK:
+        if (state := SERVING.get(id(model))) is None:
+            if str(previous := model.config._attn_implementation).startswith(SCOPE_PREFIX):
+                raise RuntimeError(f"{describe(model)} already computes attention through {previous!r} (a kvstrat "
+                                   "override is in scope): leave that scope first")
+            state = SERVING[id(model)] = Serving(model, previous)
+            name = f'{SCOPE_PREFIX}served-{id(model):x}'
+            attention, mask = dispatching(state, attend)
+            AttentionInterface.register(name, attention); AttentionMaskInterface.register(name, mask)
+            model.config._attn_implementation, state.hooks = name, note_forwards(state, reads)
+        if state.alone is not None or (alone is not None and state.users):
+            raise RuntimeError(f"{describe(model)} cannot serve a cache whose strategy changes its weights beside "
+                               "another attached cache: attach one at a time")
+        state.users, state.alone = state.users + 1, alone
+    try: yield model
     finally:
-        for h in hooks: h.remove()
+        with SERVING_LOCK:
+            state.users -= 1
+            if alone is not None: state.alone = None
+            if not state.users: unserve(state)
+
+# %% ../nbs/01_adapter.ipynb #2b4cbada
+def unserve(state:Serving):
+    "Undo every change `serving` made to `state.model`: hooks, registrations and its attention setting."
+    for h in state.hooks: h.remove()
+    name = state.model.config._attn_implementation
+    state.model.config._attn_implementation = state.previous
+    AttentionInterface._global_mapping.pop(name, None); AttentionMaskInterface._global_mapping.pop(name, None)
+    del SERVING[id(state.model)]
 
 # %% ../nbs/01_adapter.ipynb #a71c0e04
 NEUTRAL_KWARGS = frozenset({'position_ids', 'cache_position', 'use_cache', 'output_attentions', 'output_hidden_states',

@@ -16,9 +16,9 @@ from . import kernels
 
 # %% auto #0
 __all__ = ['OBSERVED_BLOCK', 'TIERED_MAX_QUERIES', 'SEGMENT_ROWS', 'READ_BLOCK', 'allowed_slots', 'soft_cap', 'reference_read',
-           'explicit_attention', 'grouped_attention', 'observed', 'observed_attention', 'dense_read', 'tier_scores',
-           'tier_values', 'equal_heads', 'head_groups', 'grouped_queries', 'tiered_read', 'top_tier_attention',
-           'fused_read', 'tier_blocks', 'blocked_read']
+           'explicit_attention', 'grouped_attention', 'select_observed', 'observed_attention', 'dense_read',
+           'tier_scores', 'tier_values', 'equal_heads', 'head_groups', 'grouped_queries', 'tiered_read',
+           'top_tier_attention', 'fused_read', 'tier_blocks', 'blocked_read']
 
 # %% ../nbs/05_attention.ipynb #a270f15a
 def allowed_slots(kpos:torch.Tensor, # (B, H_kv, T) or (1, 1, T) slot positions; EMPTY_SLOT (-1) for an empty slot
@@ -119,7 +119,7 @@ def grouped_attention(query:torch.Tensor, # (B, H_q, q, D)
     return out.transpose(1, 2), None
 
 # %% ../nbs/05_attention.ipynb #0b5e0002
-def observed(probs:torch.Tensor, # (B*H_kv, q, T) each query's attention, averaged over its KV head's query heads
+def select_observed(probs:torch.Tensor, # (B*H_kv, q, T) each query's attention, averaged over its KV head's query heads
              padding:torch.Tensor|None, # (B, q) bool, False at the chunk's padding queries; None: none
              newest:int|None=None, # the newest queries alone (SnapKV's window); None: every query
              summed:bool=False, # summed over those queries
@@ -140,12 +140,12 @@ def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
                        slot_pos:torch.Tensor, qpos:torch.Tensor, # (B, H_kv, T) slot positions, (q,) query positions
                        padding:torch.Tensor|None, # (B, S) bool, False at padding tokens
                        scaling:float, softcap:float|None=None,
-                       newest:int|None=None, summed:bool=False, # what is observed, as in `observed`
+                       newest:int|None=None, summed:bool=False, # what is observed, as in `select_observed`
                        causal:bool=False, # a first chunk: the unobserved queries attend through sdpa's causal kernel
                        block:int|None=None, # score elements held at once; None: `OBSERVED_BLOCK`
                        window:int|None=None, # a sliding window (never with `causal`): each query's last positions
                       ) -> tuple[torch.Tensor, torch.Tensor]: # (B, q, H_q, D), (B*H_kv, n, T)
-    "Attention output and `observed` attention of a dense read, the observed queries a block at a time."
+    "Attention output and `select_observed` attention of a dense read, the observed queries a block at a time."
     B, Hq, q, D = query.shape
     first = 0 if newest is None else max(q - newest, 0) # the first observed query
     outs = []
@@ -163,17 +163,18 @@ def observed_attention(query:torch.Tensor, # (B, H_q, q, D)
                                      allowed_slots(slot_pos[..., :n], qpos[b], padding, window), scaling, softcap,
                                      with_lse=False) # (B, H_kv, g, n_b, D), (B, H_kv, g, n_b, n)
         outs.append(o.view(B, Hq, -1, D).transpose(1, 2))
-        part = observed(p.mean(2).flatten(0, 1), None if padding is None else padding[:, -q:][:, b], summed=summed)
+        part = select_observed(p.mean(2).flatten(0, 1), None if padding is None else padding[:, -q:][:, b],
+                               summed=summed)
         if summed: probs[..., :n] += part
         else: probs[:, j - first:b.stop - first, :n] = part
     return torch.cat(outs, 1).to(value.dtype), probs
 
 # %% ../nbs/05_attention.ipynb #78504394
 def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:torch.Tensor|None, scaling:float,
-               want_probs:bool=False, # also return the attention a strategy observes (`observed`)
+               want_probs:bool=False, # also return the attention a strategy observes (`select_observed`)
                state=None, # a `HeadState` that reads some heads its own way (`HeadState.attend`)
                softcap:float|None=None, # attention-logit cap (`soft_cap`); None: none
-               newest:int|None=None, summed:bool=False, # with `want_probs`: what is observed, as in `observed`
+               newest:int|None=None, summed:bool=False, # with `want_probs`: what is observed, as in `select_observed`
                window:int|None=None, # a sliding window: each query attends its last `window` positions alone
               ) -> tuple[torch.Tensor, torch.Tensor|None, torch.Tensor]:
     "Attention over `store.dense()`: output `(B, q, H_q, D)`, observed probs `(B*H_kv, n, T)`, keys `(B, H_kv, T, D)`."
@@ -191,7 +192,8 @@ def dense_read(query:torch.Tensor, store:LayerStore, qpos:torch.Tensor, padding:
     allowed = None if unmasked or causal else allowed_slots(slot_pos, qpos, padding, window) # a state: None is causal
     if state is None: return grouped_attention(query, K, V, allowed, scaling, False, softcap, causal)[0], None, K
     out, probs = state.attend(query, K, V, slot_pos, qpos, allowed, scaling, want_probs)
-    if probs is not None: probs = observed(probs, None if padding is None else padding[:, -len(qpos):], newest, summed)
+    if probs is not None:
+        probs = select_observed(probs, None if padding is None else padding[:, -len(qpos):], newest, summed)
     return out, probs, K
 
 # %% ../nbs/05_attention.ipynb #6f97e104

@@ -16,7 +16,7 @@ from .quant import check_rotatable
 from .policy import Needs, Strategy, rank_in_head, register
 
 # %% auto #0
-__all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'sinking_rows', 'quiet_sinking']
+__all__ = ['Full', 'NaiveQuant', 'Int8', 'Int4', 'Kivi', 'demoted_rows', 'quiet_demotion']
 
 # %% ../nbs/08_baselines.ipynb #9cb9fa47
 @register
@@ -95,7 +95,7 @@ def prepare(self:Kivi, spec):
                       "four levels per group", stacklevel=3)
 
 # %% ../nbs/08_baselines.ipynb #7474c9e6
-def sinking_rows(view, # an ordered strategy's view: tier 0 alone
+def demoted_rows(view, # an ordered strategy's view: tier 0 alone
                  residual:int, sinks:int, # most recent and first tokens that stay
                  group:int|None, # rows that leave together per head (None: any number)
                  anchors:int=0, # of each run of `group + anchors` due rows, the most important but its newest stay
@@ -119,10 +119,10 @@ def sinking_rows(view, # an ordered strategy's view: tier 0 alone
     return sink
 
 # %% ../nbs/08_baselines.ipynb #b04e48ec
-def quiet_sinking(view, target:torch.Tensor, # (N,) where this step's plan sends each row of tier 0
-                  residual:int, sinks:int, group:int|None, # as for `sinking_rows`
+def quiet_demotion(view, target:torch.Tensor, # (N,) where this step's plan sends each row of tier 0
+                  residual:int, sinks:int, group:int|None, # as for `demoted_rows`
                   rows:torch.Tensor|None=None) -> int: # (N,) bool: the rows the rule places; None: every row
-    "One-token steps after this one in which `sinking_rows` sinks nothing: each step ages one row per head at most."
+    "One-token steps after this one in which `demoted_rows` sinks nothing: each step ages one row per head at most."
     old = (view.pos < view.seen - residual) & (view.pos >= sinks) & (target == 0) # old, and staying in tier 0
     if rows is not None: old &= rows
     n_old = torch.bincount(view.head[old], minlength=view.batch * view.n_kv_heads)
@@ -132,8 +132,8 @@ def quiet_sinking(view, target:torch.Tensor, # (N,) where this step's plan sends
 @patch
 def assign(self:Kivi, view): # the view holds tier 0 alone (ordered)
     # per-channel keys leave in whole token groups, oldest first
-    return sinking_rows(view, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None).long()
+    return demoted_rows(view, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None).long()
 
 @patch
 def quiet_steps(self:Kivi, view, target) -> int:
-    return quiet_sinking(view, target, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None)
+    return quiet_demotion(view, target, self.residual, self.sinks, self.group if self.key_axis == 'channel' else None)

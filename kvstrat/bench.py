@@ -29,8 +29,9 @@ from .results import (OutLock, Results, commit_warning, environment, new_row, ro
 __all__ = ['TOKENIZER_FILES', 'PASSKEY_PREAMBLE', 'PASSKEY_NEEDLE', 'PASSKEY_QUESTION', 'SPEED_CHUNK', 'POOLED',
            'load_strategies', 'field_notes', 'strategy_help', 'ByteTokenizer', 'load_bench_model', 'PPLProgress',
            'PasskeyCase', 'passkey_case', 'passkey_cases', 'passkey_correct', 'passkey_trial', 'reuse_freed_memory',
-           'reset_peak_memory', 'peak_memory_mb', 'fresh_peak_mb', 'speed_once', 'Bench', 'parse_strategies',
-           'random_tokens', 'longest_context', 'check_context', 'prepare', 'row_summary', 'OutOfTime']
+           'reset_peak_memory', 'peak_memory_mb', 'loaded_run_peak_mb', 'one_run_peak_mb', 'fresh_peak_mb',
+           'speed_once', 'Bench', 'parse_strategies', 'random_tokens', 'longest_context', 'check_context', 'prepare',
+           'row_summary', 'OutOfTime']
 
 # %% ../nbs/15_bench.ipynb #6ae62601
 def load_strategies() -> dict[str, type]:
@@ -66,14 +67,17 @@ def field_notes(cls) -> dict[str, str]:
 
 # %% ../nbs/15_bench.ipynb #52bfa7e2
 def strategy_help() -> str:
-    "One paragraph per registered strategy: its name, what it is, and each parameter with its default."
+    ("One paragraph per registered strategy: its name, what it is, each parameter with its default, and the names of "
+     "its ablation-only parameters, apart.")
     out = []
     for name, cls in load_strategies().items():
         notes = field_notes(cls)
         out.append(f'  {name:<13} {_doc(cls)}') # at least one space, however long the name
-        for f in fields(cls):
+        for f in (f for f in fields(cls) if not f.metadata.get('ablation')):
             default = f.default if f.default is not MISSING else '(required)'
             out.append(f'  {"":<16}{f.name}={default}  {notes.get(f.name) or ""}'.rstrip())
+        if ablation := [f'{f.name}={f.default}' for f in fields(cls) if f.metadata.get('ablation')]:
+            out.append(f'  {"":<16}For ablations, documented on its docs page: {", ".join(ablation)}.')
     return '\n'.join(out)
 
 # %% ../nbs/15_bench.ipynb #2759abad
@@ -207,20 +211,20 @@ def peak_memory_mb(device:torch.device) -> float:
     except (OSError, AttributeError): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 # kB on Linux
 
 # %% ../nbs/15_bench.ipynb #b41f0c2e
-def _loaded_run_peak_mb(m, ids:torch.Tensor, strategy:Strategy|str, decode:int) -> float:
+def loaded_run_peak_mb(m, ids:torch.Tensor, strategy:Strategy|str, decode:int) -> float:
     "Peak memory (MB) of one `speed_once` run of the loaded model `m`, counted from just before the run."
     dev = next(m.parameters()).device
     reset_peak_memory(dev) # the model is loaded: its loading's transient peak is not the run's
     speed_once(m, ids, strategy, decode)
     return peak_memory_mb(dev)
 
-def _one_run_peak_mb(model:str, device:str|None, threads:int|None, ids:torch.Tensor, strategy:Strategy|str,
+def one_run_peak_mb(model:str, device:str|None, threads:int|None, ids:torch.Tensor, strategy:Strategy|str,
                      decode:int) -> float:
-    "`fresh_peak_mb`'s work, in the fresh process."
+    "`fresh_peak_mb`'s work, in the fresh process: the model loaded there, then one run's peak memory (MB)."
     if threads: torch.set_num_threads(threads)
     # glibc's defaults, as a user's process has them, not `reuse_freed_memory`: that steadies the timed runs, and here
     # it would count where the heap lays out freed blocks as memory in use (research diary, 2026-12-04)
-    return _loaded_run_peak_mb(load_bench_model(model, device)[0], ids, strategy, decode)
+    return loaded_run_peak_mb(load_bench_model(model, device)[0], ids, strategy, decode)
 
 # %% ../nbs/15_bench.ipynb #c7d2a913
 def fresh_peak_mb(model:str, # as `load_bench_model` takes it
@@ -229,7 +233,7 @@ def fresh_peak_mb(model:str, # as `load_bench_model` takes it
     "Peak memory (MB) of one `speed_once` run, in a fresh process that holds the model alone: nothing earlier counts."
     from kvstrat import bench # the worker by its module: a fresh process can import that, not a notebook's namespace
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as pool:
-        return pool.submit(bench._one_run_peak_mb, model, device, threads, ids, strategy, decode).result()
+        return pool.submit(bench.one_run_peak_mb, model, device, threads, ids, strategy, decode).result()
 
 # %% ../nbs/15_bench.ipynb #d2e81f87
 @torch.inference_mode()

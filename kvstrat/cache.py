@@ -6,26 +6,35 @@ Docs: https://kvstrat.github.io/kvstrat/cache.html.md"""
 
 # %% ../nbs/07_cache.ipynb #c176e5da
 from __future__ import annotations
-import threading, warnings, weakref
+import warnings, weakref
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import partial
+from typing import NamedTuple
 from fastcore.basics import patch
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
-from .adapter import (ModelSpec, attention_scope, check_attention_kwargs, describe, exact_layer, exact_length,
-                             tokens_held,
-                             running_model, sdpa, softcap_eager, tracking_forward)
+from .adapter import (ModelSpec, check_attention_kwargs, describe, exact_layer, exact_length, forward_cache,
+                             running_model, sdpa, serving, softcap_eager, tokens_held)
 from .store import LayerStore
 from .core import release_freed_memory
-from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, observed,
+from .attention import (TIERED_MAX_QUERIES, allowed_slots, dense_read, equal_heads, fused_read, select_observed,
                                tiered_read, top_tier_attention)
 from .policy import LayerView, Strategy, make_strategy
 
 # %% auto #0
-__all__ = ['RELEASE_MIN_QUERIES', 'CompressedLayer', 'release_before_chunk', 'check_padding', 'exact_attention',
+__all__ = ['RELEASE_MIN_QUERIES', 'release_before_chunk', 'CompressedLayer', 'LayerRead', 'check_padding', 'exact_attention',
            'kvstrat_attention', 'prefill_cache', 'layer_spans', 'warn_exact_layers', 'CompressedCache']
+
+# %% ../nbs/07_cache.ipynb #4d1f3c00
+RELEASE_MIN_QUERIES = 256 # chunks this long free multi-MB temporaries; a shorter one's work is dearer than a trim's
+
+def release_before_chunk(n_queries:int, device:torch.device):
+    "Hand what glibc holds freed back to the kernel before a chunk of `n_queries` queries, if the chunk is that long."
+    # what the layers before freed: left in glibc's heap, it put some processes' 1k prefill peak 100-150 MB above
+    # FullKV's. A trim costs about 5 ms on SmolLM2's heap, as much as a 16-token chunk's own work: protocol P's chunks
+    # and decode steps keep theirs (research diary, 2026-12-05)
+    if n_queries >= RELEASE_MIN_QUERIES and device.type == 'cpu': release_freed_memory()
 
 # %% ../nbs/07_cache.ipynb #c28f5e1d
 class CompressedLayer(CacheLayerMixin):
@@ -41,7 +50,7 @@ class CompressedLayer(CacheLayerMixin):
         self.window, self.is_sliding = window, window is not None
         self.record_past = False # (a sliding layer) rows past the window stay until `crop`, as transformers' do
         self.needs, self.specs = strategy.needs(), strategy.tiers(spec.head_dim)
-        self.observed = strategy.observed_heads(layer_idx, derived) # (H_kv,) bool, or None: every head
+        self.observed_heads = strategy.observed_heads(layer_idx, derived) # (H_kv,) bool, or None: every head
         self.frozen = False # when True, new tokens stay in tier 0 (prefill-only compression)
         self.store = self.state = None # created with the first rows; `state` by strategies whose heads keep one
         self.quiet_until = -1 # one-token steps up to this `seen` skip planning: the strategy said nothing would move
@@ -62,39 +71,29 @@ class CompressedLayer(CacheLayerMixin):
     def get_max_length(self) -> int: return -1
     def activate_past_recording(self, **kwargs): self.record_past = True # assisted decoding may crop back
 
-# %% ../nbs/07_cache.ipynb #0a28bb4e
-RELEASE_MIN_QUERIES = 256 # chunks this long free multi-MB temporaries; a shorter one's work is dearer than a trim's
-
-def release_before_chunk(n_queries:int, device:torch.device):
-    "Hand what glibc holds freed back to the kernel before a chunk of `n_queries` queries, if the chunk is that long."
-    # what the layers before freed: left in glibc's heap, it put some processes' 1k prefill peak 100-150 MB above
-    # FullKV's. A trim costs about 5 ms on SmolLM2's heap, as much as a 16-token chunk's own work: protocol P's chunks
-    # and decode steps keep theirs (research diary, 2026-12-05)
-    if n_queries >= RELEASE_MIN_QUERIES and device.type == 'cpu': release_freed_memory()
-
-@patch
-def step(self:CompressedLayer, query, key, value, # (B, H_q, q, D), (B, H_kv, q, D) ×2: this chunk
-         padding:torch.Tensor|None, # (B, S) bool, False at padding tokens; None: no padding
-         scaling:float,
-         softcap:float|None=None, # attention-logit cap tanh(s/c)·c (Gemma 2); None: none
-        ) -> torch.Tensor: # (B, q, H_q, D)
-    "One cycle: write the chunk, read the layer, let the strategy observe and place the rows, fold a state's rows."
-    if query.shape[0] != self.store.B: raise ValueError(f"this cache holds {self.store.B} sequences, and the forward "
-                                                        f"pass has {query.shape[0]}: a new batch needs a new cache")
-    release_before_chunk(query.shape[2], query.device)
-    with torch.no_grad(): self.store.write(key, value)
-    seen, q = self.store.seen, query.shape[2]
-    # earlier padding left the store as it arrived: a chunk without padding reads as if there never was any
-    if padding is not None and padding[:, seen - q:seen].all(): padding = None
-    if padding is not None: self.free_padding(padding[:, :seen])
-    qpos = torch.arange(seen - q, seen, device=query.device)
-    out, probs, keys = self.read(query, qpos, padding, scaling, softcap, self.window_mask())
-    if not self.frozen:
-        if q > 1 or seen > self.quiet_until: self.place(probs, keys, q)
-        elif probs is not None: self.observe(self.view(q), probs, keys) # nothing moves, but the attention counts
-        if self.state is not None: self.state.fold_due()
-    self.forget_unseen() # a step that did not plan
-    return out
+    def step(self, query, key, value, # (B, H_q, q, D), (B, H_kv, q, D) ×2: this chunk
+             padding:torch.Tensor|None, # (B, S) bool, False at padding tokens; None: no padding
+             scaling:float,
+             softcap:float|None=None, # attention-logit cap tanh(s/c)·c (Gemma 2); None: none
+            ) -> torch.Tensor: # (B, q, H_q, D)
+        "One cycle: write the chunk, read the layer, let the strategy observe and place the rows, fold a state's rows."
+        if query.shape[0] != self.store.B:
+            raise ValueError(f"this cache holds {self.store.B} sequences, and the forward pass has {query.shape[0]}: a "
+                             "new batch needs a new cache")
+        release_before_chunk(query.shape[2], query.device)
+        with torch.no_grad(): self.store.write(key, value)
+        seen, q = self.store.seen, query.shape[2]
+        # earlier padding left the store as it arrived: a chunk without padding reads as if there never was any
+        if padding is not None and padding[:, seen - q:seen].all(): padding = None
+        if padding is not None: self.free_padding(padding[:, :seen])
+        qpos = torch.arange(seen - q, seen, device=query.device)
+        read = self.read(query, qpos, padding, scaling, softcap, self.window_mask())
+        if not self.frozen:
+            if q > 1 or seen > self.quiet_until: self.place(read, q)
+            elif read.attention is not None: self.observe(self.view(q), read) # nothing moves, but the attention counts
+            if self.state is not None: self.state.fold_due()
+        self.forget_unseen() # a step that did not plan
+        return read.out
 
 # %% ../nbs/07_cache.ipynb #1aed9900
 @patch
@@ -135,48 +134,47 @@ def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=N
     from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
     return triton_available()
 
-@patch
-def read_layer(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None,
-               want:bool, # every head's probabilities too
-               window:int|None=None) -> tuple: # a sliding window the chunk's mask needs
-    "Attention over every stored token, through the fastest read that may: output, `observed` attention, dense keys."
-    newest, summed = self.needs.newest_queries, self.needs.summed
-    if self.reads_with_triton(query, padding, softcap, want, window):
-        from kvstrat.triton_attention import triton_read
-        out, probs = triton_read(query, self.store, qpos, scaling, want)
-        return out, None if probs is None else observed(probs, None, newest, summed), None
-    if self.reads_tiers(padding, query.shape[2], want, window):
-        # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
-        if (not want and softcap is None
-                and (read := fused_read(query, self.store, qpos, scaling, self.state is not None)) is not None):
-            return (read if self.state is None else self.state.read_beside(*read, query, qpos, scaling)), None, None
-        if self.state is None:
-            out, probs = tiered_read(query, self.store, qpos, scaling, want, softcap)
-            return out, None if probs is None else observed(probs, None, newest, summed), None
-    return dense_read(query, self.store, qpos, padding, scaling, want, self.state, softcap, newest, summed, window)
+class LayerRead(NamedTuple):
+    "A read of a layer: attention's output, what the strategy observes of it per row, and the keys a dense read took."
+    out: torch.Tensor # (B, q, H_q, D)
+    attention: torch.Tensor|None = None # (N, n): each row of `view()`, from the n queries `select_observed` keeps
+    keys: torch.Tensor|None = None # (B, H_kv, T, D): a dense read's keys, for a strategy that scores keys
 
 @patch
 def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None,
-         window:int|None=None) -> tuple: # a sliding window the chunk's mask needs (`window_mask`)
-    ("Attention over the stored tokens: output `(B, q, H_q, D)`, the attention observed (per slot, `observed`; or "
-     "per tier-0 row, `(N0, n)`, where the kernels read it with the output), dense keys.")
+         window:int|None=None) -> LayerRead: # a sliding window the chunk's mask needs (`window_mask`)
+    "Attention over the stored tokens, through the fastest read that may, and what the strategy observes of it."
     if softcap is not None and self.state is not None:
         raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
-    if not self.needs.attention or self.observed is None:
-        return self.read_layer(query, qpos, padding, scaling, softcap, self.needs.attention, window)
-    mine = self.observed.to(query.device).repeat(self.store.B) # (B*H_kv,) the heads whose attention is observed
-    if not mine.any(): return self.read_layer(query, qpos, padding, scaling, softcap, False, window)
-    newest, summed = self.needs.newest_queries, self.needs.summed
-    if self.needs.ordered and self.state is None and self.reads_tiers(padding, query.shape[2], False, window):
+    st, q, newest, summed = self.store, query.shape[2], self.needs.newest_queries, self.needs.summed
+    # (B*H_kv,) the heads whose attention the strategy observes; None: all
+    mine = None if self.observed_heads is None else self.observed_heads.to(query.device).repeat(st.B)
+    want = self.needs.attention and (mine is None or bool(mine.any())) # the strategy observes some head's attention
+    out = probs = keys = attention = None
+    if want and mine is not None and self.needs.ordered and self.state is None and self.reads_tiers(padding, q, False,
+                                                                                                    window):
         # the view is tier 0 alone: the kernels hand back its rows' attention with the output, in one read
-        if softcap is None and (read := fused_read(query, self.store, qpos, scaling, observe=mine)) is not None:
-            return read[0], observed(read[1][:, :, None], None, newest, summed)[..., 0], None
-        probs = top_tier_attention(query, self.store, qpos, scaling, mine.nonzero().flatten(), softcap)
-        if probs is not None: # the heads hold tier 0 alone: theirs apart, then the layer
-            out = self.read_layer(query, qpos, padding, scaling, softcap, False)[0]
-            return out, observed(probs, None, newest, summed), None
-    out, probs, keys = self.read_layer(query, qpos, padding, scaling, softcap, True, window) # a prefill chunk, say
-    return out, probs.masked_fill(~mine[:, None, None], 0.0), keys
+        if softcap is None and (fused := fused_read(query, st, qpos, scaling, observe=mine)) is not None:
+            return LayerRead(fused[0], select_observed(fused[1][:, :, None], None, newest, summed)[..., 0])
+        if (top := top_tier_attention(query, st, qpos, scaling, mine.nonzero().flatten(), softcap)) is not None:
+            attention = self.rows_attention(select_observed(top, None, newest, summed)) # (B*H_kv, n, T0): theirs apart,
+            want = False # then the layer, unobserved
+    if self.reads_with_triton(query, padding, softcap, want, window):
+        from kvstrat.triton_attention import triton_read
+        out, probs = triton_read(query, st, qpos, scaling, want)
+    elif self.reads_tiers(padding, q, want, window):
+        # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
+        fused = None if want or softcap is not None else fused_read(query, st, qpos, scaling, self.state is not None)
+        if fused is not None:
+            out = fused if self.state is None else self.state.read_beside(*fused, query, qpos, scaling)
+        elif self.state is None: out, probs = tiered_read(query, st, qpos, scaling, want, softcap)
+    if out is None: # a prefill chunk, padding, a window's mask, a state beside the tiers: a dense copy
+        out, probs, keys = dense_read(query, st, qpos, padding, scaling, want, self.state, softcap, newest, summed,
+                                      window)
+    elif probs is not None: probs = select_observed(probs, None, newest, summed)
+    if probs is not None: # (B*H_kv, n, T) per slot
+        attention = self.rows_attention(probs if mine is None else probs.masked_fill(~mine[:, None, None], 0.0))
+    return LayerRead(out, attention, keys)
 
 # %% ../nbs/07_cache.ipynb #ff8e44c4
 @patch
@@ -193,17 +191,18 @@ def view(self:CompressedLayer, queries:int=1, # queries in this step
                      queries=queries, window=self.window)
 
 @patch
-def observe(self:CompressedLayer, view:LayerView,
-            probs, # the attention observed, as `read` returns it: per slot `(B*H_kv, n, T)`, per row `(N, n)`, or None
-            keys): # (B, H_kv, T, D) the keys read, or None
+def rows_attention(self:CompressedLayer, probs:torch.Tensor, # (B*H_kv, n, T) a read's attention, per slot
+                  ) -> torch.Tensor: # (N, n) per row of the view, in its order
+    "The attention each row of `view()` got, from a read's attention per slot (the store's `slot_index`)."
+    return torch.cat([probs[h, :, s] for h, s in self.store.slot_index(len(self.store.movable()))])
+
+@patch
+def observe(self:CompressedLayer, view:LayerView, read:LayerRead): # the step's read
     "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
     movable = self.store.movable() # the view's tiers
-    per_slot = probs is not None and probs.dim() == 3
-    slots = self.store.slot_index(len(movable)) if per_slot or self.needs.keys else None
-    if self.needs.keys: view.keys = torch.cat([keys.flatten(0, 1)[h, slot] for h, slot in slots])
-    if probs is None: return
-    rows = torch.cat([probs[h, :, s] for h, s in slots]) if per_slot else probs # (N, n) in the view's order
-    if (score := self.strategy.observe(view, rows)) is None: return
+    if self.needs.keys:
+        view.keys = torch.cat([read.keys.flatten(0, 1)[h, slot] for h, slot in self.store.slot_index(len(movable))])
+    if read.attention is None or (score := self.strategy.observe(view, read.attention)) is None: return
     view.score = score
     if self.needs.scores:
         for t, part in zip(movable, score.split([t.n for t in movable])): t.score = part.clone()
@@ -241,11 +240,11 @@ def assigned(self:CompressedLayer, view:LayerView) -> torch.Tensor: # (N,)
 
 @patch
 @torch.no_grad()
-def place(self:CompressedLayer, probs, keys, # as `read` returns them (`observe`)
+def place(self:CompressedLayer, read:LayerRead, # the step's read (`observe`)
           queries:int=1): # queries in this step
     "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
     view = self.view(queries)
-    self.observe(view, probs, keys)
+    self.observe(view, read)
     view = self.forget_unseen(view) # a sliding layer: what its window still holds
     target, quiet, most = view.tier.clone(), [], None
     for b, (rows, seq) in enumerate(self.sequences(view)):
@@ -336,12 +335,8 @@ def exact_attention(module, layer, query, key, value, # (B, H_q, q, D), (B, H_kv
 
 def kvstrat_attention(cache:Cache, module, query, key, value, attention_mask, dropout:float=0.0,
                       scaling:float|None=None, sliding_window:int|None=None, softcap:float|None=None, **kwargs):
-    "The attention function of an attached `CompressedCache`: it reads the cache's stored tokens."
+    "Attention in a forward through `cache`, a `CompressedCache`: it reads the cache's stored tokens."
     check_attention_kwargs(module, kwargs) # what would change the math, and that kvstrat does not do, is refused
-    if cache.writing.pop(threading.get_ident(), None) != module.layer_idx: # else it would store another cache's rows
-        raise RuntimeError(f"layer {module.layer_idx} of {describe(cache.attached_to)} attended through the kvstrat "
-                           "cache attached to it, in a forward that did not write to that cache (another cache's or "
-                           "none, from another thread?): while a cache is attached, the model serves that cache alone")
     if attention_mask is not None and attention_mask.ndim != 2:
         raise ValueError("the kvstrat cache takes a 2-D padding mask (batch, tokens), not a prepared 4-D mask")
     # on the query's device: a model split over GPUs hands every layer the first device's mask
@@ -411,47 +406,40 @@ class CompressedCache(Cache):
             if exact or i in kept: return exact_layer(window)
             return CompressedLayer(self.strategy, i, self.spec, self.derived, tiered, window)
         super().__init__(layers=[make(i) for i in range(self.spec.n_layers)])
-        self.attached_to = self.running = self.owner = None
-        self.writing = {} # thread -> the layer its forward just wrote: attention reads this cache for that layer alone
+        self.attached_to = self.owner = None
         if kept: warn_exact_layers(self.strategy.name, kept, self.spec.n_layers)
 
     @property
     def provenance(self) -> str|None: return self.strategy.provenance(self.derived)
 
-# %% ../nbs/07_cache.ipynb #9459c439
-@patch
-def nbytes(self:CompressedCache) -> int:
-    "Bytes held now: the sum of `.nbytes` of every persistent tensor of every layer."
-    return sum(l.nbytes() if isinstance(l, CompressedLayer) else
-               (l.keys.nbytes + l.values.nbytes if l.is_initialized else 0) for l in self.layers)
+    def nbytes(self) -> int:
+        "Bytes held now: the sum of `.nbytes` of every persistent tensor of every layer."
+        return sum(l.nbytes() if isinstance(l, CompressedLayer) else
+                   (l.keys.nbytes + l.values.nbytes if l.is_initialized else 0) for l in self.layers)
 
-@patch
-def fp16_nbytes(self:CompressedCache) -> int:
-    "What an fp16 `DynamicCache` would hold for the same tokens (sliding layers: their window)."
-    def held(l):
-        if not l.is_initialized: return 0
-        if not isinstance(l, CompressedLayer): return l.keys.numel() * 2 * 2
-        return l.store.B * l.store.H * tokens_held(l.store.seen, l.window) * l.store.D * 2 * 2
-    return sum(held(l) for l in self.layers)
+    def fp16_nbytes(self) -> int:
+        "What an fp16 `DynamicCache` would hold for the same tokens (sliding layers: their window)."
+        def held(l):
+            if not l.is_initialized: return 0
+            if not isinstance(l, CompressedLayer): return l.keys.numel() * 2 * 2
+            return l.store.B * l.store.H * tokens_held(l.store.seen, l.window) * l.store.D * 2 * 2
+        return sum(held(l) for l in self.layers)
 
-@patch
-def freeze(self:CompressedCache):
-    "Stop compressing: tokens written from now on stay in tier 0 (for prefill-only comparisons)."
-    for l in self.layers:
-        if isinstance(l, CompressedLayer): l.frozen = True
+    def freeze(self):
+        "Stop compressing: tokens written from now on stay in tier 0 (for prefill-only comparisons)."
+        for l in self.layers:
+            if isinstance(l, CompressedLayer): l.frozen = True
 
-# %% ../nbs/07_cache.ipynb #8b7e0a06
-@patch
-def nbytes_by_part(self:CompressedCache) -> dict[tuple[str, str], int]:
-    "`nbytes()` by (format, part) over every layer: each tier's codes, scales and bookkeeping, exact layers, states."
-    out, exact = Counter(), [i for i, l in enumerate(self.layers) if not isinstance(l, CompressedLayer)]
-    name = f'exact (layers {layer_spans(exact)})' # the layers stored as FullKV stores them
-    for l in (l for l in self.layers if l.is_initialized):
-        if not isinstance(l, CompressedLayer):
-            out.update({(name, 'keys'): l.keys.nbytes, (name, 'values'): l.values.nbytes}); continue
-        out.update(l.store.nbytes_by_part())
-        if l.state is not None: out['state', type(l.state).__name__] += l.state.nbytes()
-    return dict(out)
+    def nbytes_by_part(self) -> dict[tuple[str, str], int]:
+        "`nbytes()` by (format, part) over every layer: each tier's codes, scales, bookkeeping; exact layers; states."
+        out, exact = Counter(), [i for i, l in enumerate(self.layers) if not isinstance(l, CompressedLayer)]
+        name = f'exact (layers {layer_spans(exact)})' # the layers stored as FullKV stores them
+        for l in (l for l in self.layers if l.is_initialized):
+            if not isinstance(l, CompressedLayer):
+                out.update({(name, 'keys'): l.keys.nbytes, (name, 'values'): l.values.nbytes}); continue
+            out.update(l.store.nbytes_by_part())
+            if l.state is not None: out['state', type(l.state).__name__] += l.state.nbytes()
+        return dict(out)
 
 # %% ../nbs/07_cache.ipynb #1133c00d
 @patch
@@ -468,13 +456,14 @@ def check_model(self:CompressedCache, model):
 @patch
 @contextmanager
 def attached(self:CompressedCache, model):
-    "Scope in which `model` computes attention from this cache; every change to the model is undone after."
+    "Scope in which `model`'s forwards through this cache read it; every change to the model is undone after."
     self.check_model(model)
     self.attached_to, self.owner = model, weakref.ref(model)
+    alone = self if self.strategy.changes_weights(self.derived) else None
     try:
-        with attention_scope(model, partial(kvstrat_attention, self), f'kvstrat-{id(self):x}'), \
-             tracking_forward(model) as self.running, self.strategy.adapted(model, self.derived): yield self
-    finally: self.attached_to = self.running = None
+        with serving(model, kvstrat_attention, lambda cache: isinstance(cache, CompressedCache), alone), \
+             self.strategy.adapted(model, self.derived): yield self
+    finally: self.attached_to = None
 
 # %% ../nbs/07_cache.ipynb #f0609db9
 @patch
@@ -482,8 +471,7 @@ def update(self:CompressedCache, key_states, value_states, layer_idx:int, *args,
     if self.attached_to is None:
         raise RuntimeError("CompressedCache is not attached: use `with cache.attached(model): ...` so attention "
                            "reads the compressed tokens")
-    if not self.running():
+    if forward_cache(self.attached_to) is not self:
         raise RuntimeError(f"this cache is attached to {describe(self.attached_to)}, but {describe(running_model())} "
                            "ran with it: attach the cache to the model that uses it")
-    self.writing[threading.get_ident()] = layer_idx
     return super(CompressedCache, self).update(key_states, value_states, layer_idx, *args, **kwargs)

@@ -10,11 +10,12 @@ import json, re, subprocess
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SECTIONS', 'RUN_IMAGES', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes', 'page_title',
-           'sidebar_yml', 'write_sidebar', 'pages_markdown', 'md_cell', 'md_table', 'strategies_markdown', 'changed_at',
-           'bench_runs', 'read_rows', 'every_context', 'repo_path', 'run_summary', 'results_markdown', 'results_parts',
-           'image_output', 'show', 'show_results', 'ablation_markdown', 'result_files', 'result_parts',
-           'ablation_parts', 'other_results_parts', 'show_ablation', 'show_other_results']
+__all__ = ['SECTIONS', 'RUN_IMAGES', 'NO_RUNS', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes',
+           'page_title', 'sidebar_yml', 'write_sidebar', 'pages_markdown', 'md_cell', 'md_table', 'strategies_markdown',
+           'changed_at', 'bench_runs', 'read_rows', 'every_context', 'repo_path', 'run_summary', 'results_markdown',
+           'results_parts', 'image_output', 'show', 'show_results', 'headline_markdown', 'headline_parts',
+           'show_headline', 'ablation_markdown', 'result_files', 'result_parts', 'ablation_parts',
+           'other_results_parts', 'show_ablation', 'show_other_results']
 
 # %% ../nbs/18_docs.ipynb #2a92b9cd
 def nbs_path() -> Path:
@@ -166,7 +167,7 @@ def read_rows(run) -> list[dict]:
 
 # %% ../nbs/18_docs.ipynb #e7c0d001
 def every_context(name:str, root=None) -> dict:
-    ("Strategy -> its row of `root/name.jsonl` (default `nbs/results/every-token`) as `scripts/every_token_bytes.py` "
+    ("Strategy -> its row of `root/name.jsonl` (default `nbs/results/every-token`) as `research/every_token_bytes.py` "
      "writes them: protocol P's compression, and the compression at every context.")
     f = Path(root or nbs_path()/'results'/'every-token')/f'{name}.jsonl'
     return {r['strategy']: r for r in map(json.loads, f.read_text(encoding='utf-8').splitlines())}
@@ -214,6 +215,13 @@ def results_markdown(run, nbs=None) -> str:
 
 # %% ../nbs/18_docs.ipynb #532da8d0
 RUN_IMAGES = ('headline.png', 'pareto.png') # a run's charts, in the order the docs show them
+NO_RUNS = ("*No benchmark results are committed yet. `make bench` measures them; once a run is committed under "
+           "`nbs/results/bench/`, its table and Pareto plot appear here.*")
+
+def _others(run:Path, runs:list[Path], nbs=None) -> list[str]: # too many to list; the diary names each one's run
+    others = [r for r in runs if r.resolve() != run.resolve()]
+    return [f"{len(others)} other run{'s' if len(others) > 1 else ''} committed beside it under "
+            f"`{repo_path(others[0].parent, nbs)}/`, each with its own `results.md`."] if others else []
 
 def results_parts(run=None, root=None, nbs=None) -> list:
     "What `show_results` displays: Markdown strings and image paths (an empty list when no run is committed)."
@@ -222,10 +230,7 @@ def results_parts(run=None, root=None, nbs=None) -> list:
     run = Path(run or runs[0])
     parts = [run_summary(run, nbs, versions=not (run/'results.md').is_file()) + '\n\n' + results_markdown(run, nbs)]
     parts += [run/png for png in RUN_IMAGES if (run/png).is_file()]
-    if others := [r for r in runs if r.resolve() != run.resolve()]: # too many to list; the diary names each one's run
-        parts.append(f"{len(others)} other run{'s' if len(others) > 1 else ''} committed beside it under "
-                     f"`{repo_path(others[0].parent, nbs)}/`, each with its own `results.md`.")
-    return parts
+    return parts + _others(run, runs, nbs)
 
 # %% ../nbs/18_docs.ipynb #05d8572a
 def image_output(png:Path, nbs=None):
@@ -243,9 +248,40 @@ def show(parts:list, nbs=None):
 def show_results(run=None, root=None):
     ("Display the most complete benchmark run under `nbs/results/bench` (or `run`): "
      "what it measured, its table and Pareto plot.")
-    parts = results_parts(run, root)
-    show(parts or ["*No benchmark results are committed yet. `make bench` measures them; once a run is committed under "
-                   "`nbs/results/bench/`, its table and Pareto plot appear here.*"])
+    show(results_parts(run, root) or [NO_RUNS])
+
+# %% ../nbs/18_docs.ipynb #edbcee3f
+def headline_markdown(run, nbs=None) -> str:
+    ("The first section of `run`'s results.md, headings one level down: every text side by side where the run measured "
+     "more than one. The table computed from results.jsonl while it has no results.md.")
+    md = results_markdown(run, nbs)
+    if not (Path(run)/'results.md').is_file(): return md
+    return next((s.strip() for s in re.split(r'(?m)^(?=#{1,6} )', md) if s.strip()), md)
+
+def _nbs_link(p, nbs=None) -> str:
+    "`p` as a link from a page in `nbs`: relative to it where `p` is inside it, else its absolute POSIX path."
+    p, nbs = Path(p).resolve(), Path(nbs or nbs_path()).resolve()
+    return p.relative_to(nbs).as_posix() if p.is_relative_to(nbs) else p.as_posix()
+
+# %% ../nbs/18_docs.ipynb #a2e37b21
+def headline_parts(run=None, root=None, nbs=None) -> list:
+    ("What `show_headline` displays: the run's summary and first table, its charts, and a link to its other tables "
+     "(an empty list when no run is committed).")
+    runs = bench_runs(root)
+    if run is None and not runs: return []
+    run = Path(run or runs[0])
+    first = headline_markdown(run, nbs)
+    parts = [run_summary(run, nbs, versions=not (run/'results.md').is_file()) + '\n\n' + first]
+    parts += [run/png for png in RUN_IMAGES if (run/png).is_file()]
+    rest = [f"The run's other tables (each text's PPL, passkey and decode speed, and every window's ΔNLL) are in its "
+            f"[`{repo_path(f, nbs)}`]({_nbs_link(f, nbs)})." for f in [run/'results.md']
+            if f.is_file() and first != results_markdown(run, nbs)]
+    tail = ' '.join(rest + _others(run, runs, nbs))
+    return parts + ([tail] if tail else [])
+
+def show_headline(run=None, root=None):
+    "Display the headline of the most complete benchmark run (or `run`): what it measured, its first table, its charts."
+    show(headline_parts(run, root) or [NO_RUNS])
 
 # %% ../nbs/18_docs.ipynb #a127c4be
 ABLATIONS = {'zones': 'quantise before evicting: the default zones against FP16-or-evicted only (`zones=1`) '

@@ -277,7 +277,8 @@ def _resolve_plan_rows(o):
     if not o.ratio >= 1: raise ValueError(f"--ratio must be >= 1 (the plan's compression), got {o.ratio}")
     given = {k: getattr(o, k) for k in ('window', 'recent', 'drop_group') if hasattr(o, k)}
     plan = Stratigraphic(ratio=o.ratio, **given) # the rest as the plan at R takes them, beside what is given
-    for k in ('window', 'residual', 'recent', 'drop_group'): setattr(o, k, getattr(o, k, getattr(plan, k))) # by ratio
+    for k in ('window', 'residual', 'recent', 'drop_group'): # as given, else by ratio
+        setattr(o, k, getattr(o, k, getattr(plan.settings, k)))
 
 def _measures_eviction(o) -> bool: return o.window is not None and not o.only_widths # --window none: no eviction
 

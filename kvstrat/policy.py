@@ -10,7 +10,7 @@ import importlib, re
 from pathlib import Path
 from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Protocol
 from fastcore.basics import patch
 import torch
@@ -19,7 +19,8 @@ from .formats import FP16, TierSpec, head_starts
 
 # %% auto #0
 __all__ = ['NEVER_MOVES', 'STRATEGIES', 'PARAM_SPLIT', 'STRATEGY_PRESETS', 'Needs', 'LayerView', 'rank_in_head', 'HeadState',
-           'Strategy', 'strategy_modules', 'Registry', 'register', 'check_fields', 'make_strategy']
+           'Strategy', 'strategy_modules', 'Registry', 'register', 'ablation_field', 'field_type', 'check_fields',
+           'make_strategy']
 
 # %% ../nbs/06_policy.ipynb #345b264d
 @dataclass(frozen=True)
@@ -125,13 +126,15 @@ class Strategy:
     def keeps_exact(self, layer_idx:int, derived) -> str|None: # why this layer is stored as FullKV stores it (the
         return None # cache warns, naming it); None: the layer is compressed, sliding-window layers too
     def adapted(self, model, derived): return nullcontext() # scope of model changes it needs (calibrated adapters)
+    def changes_weights(self, derived) -> bool: return False # does `adapted` change weights? the model serves it alone
     def provenance(self, derived) -> str|None: return None # what saved data (calibration, profile) it uses
+    def resolved(self) -> Strategy: return self # every parameter explicit: what a label prints and a row records
 
 # %% ../nbs/06_policy.ipynb #74f62846
 @patch(as_prop=True)
 def label(self:Strategy) -> str:
-    "`name:key=value,...` with every parameter: parsed back by `make_strategy`."
-    args = ','.join(f'{f.name}={getattr(self, f.name)}' for f in fields(self))
+    "`name:key=value,...` with every parameter, resolved: parsed back by `make_strategy`."
+    args = ','.join(f'{f.name}={getattr(self.resolved(), f.name)}' for f in fields(self))
     return f'{self.name}:{args}' if args else self.name
 
 # %% ../nbs/06_policy.ipynb #b9182e0c
@@ -177,14 +180,20 @@ def register(cls):
     STRATEGIES.add(cls)
     return cls
 
+# %% ../nbs/06_policy.ipynb #01f74d96
+def ablation_field(default, # the parameter's default
+                   **metadata): # `before`: what rows written before the parameter existed ran with
+    "A strategy parameter kept for ablations: set by name as any other, listed apart in `kvstrat-bench --help`."
+    return field(default=default, metadata={'ablation': True, **metadata})
+
 # %% ../nbs/06_policy.ipynb #8a6eed2d
-def _field_type(typ) -> tuple[str, bool]:
-    "A field's annotation as `(base type name, optional)`: 'int|None' -> ('int', True)."
+def field_type(typ) -> tuple[str, bool]: # a dataclass field's annotation (a string, under postponed annotations)
+    "A field's annotation as `(base type name, optional)`, as `make_strategy` reads it: 'int|None' -> ('int', True)."
     typ = (typ if isinstance(typ, str) else getattr(typ, '__name__', str(typ))).replace(' ', '')
     return typ.removesuffix('|None'), typ.endswith('|None')
 
 def _parse_value(val:str, typ, where:str):
-    typ, optional = _field_type(typ)
+    typ, optional = field_type(typ)
     if optional and val.lower() == 'none': return None # an optional field: 'none' is None, else its base type
     try:
         if typ == 'int': return int(val)
@@ -202,7 +211,7 @@ PARAM_SPLIT = re.compile(r',(?=\w+=)') # where `key=value,...` splits: a comma i
 def check_fields(strategy:Strategy) -> Strategy:
     "`strategy` if each parameter has its field's type (so its label parses back); else a TypeError naming it."
     for f in fields(strategy):
-        typ, optional = _field_type(f.type)
+        typ, optional = field_type(f.type)
         v = getattr(strategy, f.name)
         if typ in _IS and not (_IS[typ](v) or (optional and v is None)):
             raise TypeError(f"{strategy.name}: {f.name} must be {'an' if typ == 'int' else 'a'} {typ}"

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['SUPPORTED_BITS', 'AXES', 'MIN_SCALE', 'SCALE_BITS', 'LOG_SCALE_STEPS', 'LOG_SCALE_MIN', 'pack_bits', 'unpack_bits',
-           'log_scale_decode', 'log_scale_encode', 'stored_scale', 'scale_values', 'QTensor', 'quantize',
-           'fake_quantize', 'quantize_reference', 'hadamard', 'random_hadamard', 'check_rotatable']
+           'fp16_toward', 'to_groups', 'from_groups', 'stored_scale_zero', 'log_scale_decode', 'log_scale_encode',
+           'stored_scale', 'scale_values', 'QTensor', 'quantize', 'fake_quantize', 'quantize_reference', 'hadamard',
+           'random_hadamard', 'check_rotatable']
 
 # %% ../nbs/02_quant.ipynb #5da0f757
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -92,10 +93,10 @@ def unpack_bits(packed:torch.Tensor, # (..., ceil(n*bits/8)) uint8 from `pack_bi
     return torch.stack(slots, -1).flatten(-2)[..., :n]
 
 # %% ../nbs/02_quant.ipynb #657c3350
-def _fp16_toward(v:torch.Tensor, # float32
-                 up:bool, # True: the nearest fp16 >= v; False: the nearest fp16 <= v
-                ) -> torch.Tensor:
-    "`v` as float16, rounded up or down instead of to nearest."
+def fp16_toward(v:torch.Tensor, # float32
+                up:bool, # True: the nearest fp16 >= v; False: the nearest fp16 <= v
+               ) -> torch.Tensor: # float16, shaped like `v`
+    "`v` as float16, rounded up or down instead of to nearest: how stored scales (up) and zero-points (down) round."
     h = v.half()
     missed = h.float() < v if up else h.float() > v
     return torch.where(missed, torch.nextafter(h, torch.full_like(h, math.inf if up else -math.inf)), h)
@@ -114,9 +115,11 @@ def _check(x:torch.Tensor, bits:int, group:int, axis:str):
         raise ValueError(f"group {group} does not divide the head dim D={x.shape[-1]} (per-token groups lie along D)")
 
 # %% ../nbs/02_quant.ipynb #fdc0cc38
-def _grouped(x:torch.Tensor, # (..., T, D)
-             group:int, axis:str) -> tuple[torch.Tensor, int]:
-    "`x` reshaped so that each group lies along one dim, and that dim."
+def to_groups(x:torch.Tensor, # (..., T, D)
+              group:int, # elements per group: along D for 'token', along T for 'channel'
+              axis:str, # 'token' or 'channel', as `quantize` takes it
+             ) -> tuple[torch.Tensor, int]: # the grouped tensor, and the dim each group lies along
+    "`x` reshaped so that each of `quantize`'s groups lies along one dim, and that dim (a partial last group padded)."
     if axis == 'token': return x.unflatten(-1, (-1, group)), -1 # (..., T, D/group, group)
     pad = -x.shape[-2] % group
     # Repeating the last token leaves the min and max of the partial last group unchanged.
@@ -124,14 +127,19 @@ def _grouped(x:torch.Tensor, # (..., T, D)
     return x.unflatten(-2, (-1, group)), -2 # (..., ceil(T/group), group, D)
 
 # %% ../nbs/02_quant.ipynb #4043e335
-def _ungrouped(xg:torch.Tensor, axis:str, T:int) -> torch.Tensor:
-    "Inverse of `_grouped`: (..., T, D)."
+def from_groups(xg:torch.Tensor, # grouped as `to_groups` returns it (codes, say)
+                axis:str, # the `axis` it was grouped along
+                T:int, # tokens of the original: a padded last token group is cut back to it
+               ) -> torch.Tensor: # (..., T, D)
+    "Inverse of `to_groups`: the original (..., T, D) layout."
     return xg.flatten(-2) if axis == 'token' else xg.flatten(-3, -2)[..., :T, :]
 
 # %% ../nbs/02_quant.ipynb #0128f687
-def _scale_zero(lo:torch.Tensor, hi:torch.Tensor, bits:int, scale_bits:int=16) -> tuple[torch.Tensor, torch.Tensor]:
+def stored_scale_zero(lo:torch.Tensor, hi:torch.Tensor, # each group's minimum and maximum, float32
+                      bits:int, scale_bits:int=16, # code width; 16: fp16 scales, 8: 8-bit log codes
+                     ) -> tuple[torch.Tensor, torch.Tensor]: # scale (fp16 or uint8 codes), zero (fp16), like `lo`
     "Stored `(scale, zero)` per group such that `zero + [0, 2**bits - 1] * scale` covers `[lo, hi]`; zero in fp16."
-    zero = _fp16_toward(lo, up=False)
+    zero = fp16_toward(lo, up=False)
     return stored_scale((hi - zero.float()) / (2**bits - 1), scale_bits), zero
 
 # %% ../nbs/02_quant.ipynb #dfc98773
@@ -159,7 +167,7 @@ def stored_scale(s:torch.Tensor, # float32 scales, one per group
                  scale_bits:int=16) -> torch.Tensor:
     "Scales as stored, rounded up (at least `MIN_SCALE`): fp16 for `scale_bits=16`, 8-bit log codes for 8."
     if scale_bits not in SCALE_BITS: raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {scale_bits}")
-    return _fp16_toward(s.clamp_min(MIN_SCALE), up=True) if scale_bits == 16 else log_scale_encode(s)
+    return fp16_toward(s.clamp_min(MIN_SCALE), up=True) if scale_bits == 16 else log_scale_encode(s)
 
 # %% ../nbs/02_quant.ipynb #3080c858
 def scale_values(scale:torch.Tensor) -> torch.Tensor:
@@ -210,7 +218,7 @@ def quantize(x:torch.Tensor, # (..., T, D) keys or values, any float dtype
     "Round-to-nearest group-wise quantisation with a scale (and an fp16 zero-point unless `symmetric`) per group."
     _check(x, bits, group, axis)
     if symmetric and axis != 'token': raise ValueError("symmetric quantisation is per token only")
-    xg, dim = _grouped(x.float(), group, axis)
+    xg, dim = to_groups(x.float(), group, axis)
     lo, hi = torch.aminmax(xg, dim=dim, keepdim=True) # propagates NaN
     low, high = float(lo.min()), float(hi.max()) # checked per group, not per element: cheap
     if not (math.isfinite(low) and math.isfinite(high)): raise ValueError("x contains NaN/Inf")
@@ -221,9 +229,9 @@ def quantize(x:torch.Tensor, # (..., T, D) keys or values, any float dtype
         scale, zero = stored_scale(torch.maximum(-lo, hi) / (half - 1), scale_bits), None
         codes = (xg / scale_values(scale)).round_().add_(half).clamp_(0, 2**bits - 1).to(torch.uint8)
     else:
-        scale, zero = _scale_zero(lo, hi, bits, scale_bits)
+        scale, zero = stored_scale_zero(lo, hi, bits, scale_bits)
         codes = ((xg - zero.float()) / scale_values(scale)).round_().clamp_(0, 2**bits - 1).to(torch.uint8)
-    packed = pack_bits(_ungrouped(codes, axis, x.shape[-2]), bits)
+    packed = pack_bits(from_groups(codes, axis, x.shape[-2]), bits)
     return QTensor(packed, scale.squeeze(dim), None if zero is None else zero.squeeze(dim), bits, group, axis,
                    tuple(x.shape), x.dtype)
 
@@ -248,7 +256,7 @@ def quantize_reference(x:torch.Tensor, bits:int, group:int, axis:str='token', sc
             for j in range(n_groups[1]):
                 at = (b, i, slice(j*group, (j+1)*group)) if axis == 'token' else (b, slice(i*group, (i+1)*group), j)
                 lo, hi = xs[at].min(), xs[at].max()
-                zero[b, i, j] = z = _fp16_toward(lo, up=False)
+                zero[b, i, j] = z = fp16_toward(lo, up=False)
                 scale[b, i, j] = s = stored_scale((hi - z.float()) / (2**bits - 1), scale_bits)
                 codes[at] = ((xs[at] - z.float()) / scale_values(s)).round().clamp(0, 2**bits - 1).to(torch.uint8)
     lead = x.shape[:-2]

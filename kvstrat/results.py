@@ -22,7 +22,8 @@ __all__ = ['PROTOCOLS', 'ROW_FIELDS', 'KEY_FIELDS', 'strategy_params', 'recorded
 PROTOCOLS = ('ppl', 'passkey', 'speed', 'bytes')
 
 # %% ../nbs/14_results.ipynb #0a2977b7
-def strategy_params(strategy:Strategy) -> dict: return {f.name: getattr(strategy, f.name) for f in fields(strategy)}
+def strategy_params(strategy:Strategy) -> dict: # what a row records: every parameter, resolved
+    return {f.name: getattr(strategy.resolved(), f.name) for f in fields(strategy)}
 
 # %% ../nbs/14_results.ipynb #c6828bf7
 def recorded_param(f:Field, # a parameter of the row's strategy

@@ -19,9 +19,9 @@ from .calibration import calibration_windows
 from .importance import keep_top
 
 # %% auto #0
-__all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'held_exact', 'mixed_attention',
-           'evicting_attention', 'check_drop_group', 'kept_quota', 'kept_rows', 'kept_attention', 'Sensitivity',
-           'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity', 'pooling_differences',
+__all__ = ['FORMAT_BITS', 'FormatFamily', 'format_row_bytes', 'requantized', 'copy_windows', 'kl_from_exact', 'held_exact',
+           'mixed_attention', 'evicting_attention', 'check_drop_group', 'kept_quota', 'kept_rows', 'kept_attention',
+           'Sensitivity', 'load_sensitivity', 'shipped_calibrations', 'shipped_sensitivity', 'pooling_differences',
            'pool_sensitivities', 'smallest_true', 'bytes_reach', 'knapsack', 'allocate']
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000006
@@ -73,8 +73,10 @@ def copy_windows(ids:torch.Tensor, # (N,) token ids of one text
     return windows
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000012
-def _kl(exact_logp:torch.Tensor, logits:torch.Tensor) -> torch.Tensor:
-    "(C,) KL(exact ‖ variant) in nats per token, for `C` variants of the `(W, S, V)` exact log-probabilities."
+def kl_from_exact(exact_logp:torch.Tensor, # (W, S, V) the exact model's log-probabilities at S scored positions
+                  logits:torch.Tensor, # (C·W, S, V) logits of C variants (a cache, a format...) on the same W windows
+                 ) -> torch.Tensor: # (C,)
+    "KL(exact ‖ variant) in nats per token, averaged over windows and positions, for each of `C` variants."
     W = exact_logp.shape[0]
     logp = F.log_softmax(logits.float(), -1).view(-1, W, *logits.shape[1:]) # (C, W, S, V)
     return (exact_logp.exp() * (exact_logp - logp)).sum(-1).mean((1, 2))

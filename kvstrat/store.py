@@ -14,6 +14,11 @@ from .formats import *
 # %% auto #0
 __all__ = ['EMPTY_SLOT', 'TierStore', 'LayerStore', 'format_name']
 
+# %% ../nbs/04_store.ipynb #28013ca3
+def _rows_per_head(e:Encoded, heads:torch.Tensor, n_heads:int) -> list[int]:
+    "Channel groups (or rows) each head holds, for `merge_rows`."
+    return torch.bincount(group_heads(e, heads), minlength=n_heads).tolist()
+
 # %% ../nbs/04_store.ipynb #3117ba79
 class TierStore:
     "The rows of one tier of one layer, sorted by flattened head."
@@ -35,65 +40,53 @@ class TierStore:
                                                                  self.counts.long())
         return heads
 
-# %% ../nbs/04_store.ipynb #90f27774
-@patch
-def read(self:TierStore, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    "Dequantised `(k, v)`, each `(N, D)`."
-    return (decode_rows(self.k, self.spec, True, self.D, dtype), decode_rows(self.v, self.spec, False, self.D, dtype))
+    def read(self, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        "Dequantised `(k, v)`, each `(N, D)`."
+        return tuple(decode_rows(e, self.spec, key, self.D, dtype) for e, key in ((self.k, True), (self.v, False)))
 
-@patch
-def tensors(self:TierStore) -> list[torch.Tensor]:
-    "Every persistent tensor of the tier."
-    if self.n == 0: return []
-    return self.k.tensors() + self.v.tensors() + [t for t in (self.counts, self.pos, self.score) if t is not None]
+    def tensors(self) -> list[torch.Tensor]:
+        "Every persistent tensor of the tier."
+        if self.n == 0: return []
+        return self.k.tensors() + self.v.tensors() + [t for t in (self.counts, self.pos, self.score) if t is not None]
 
-@patch
-def nbytes(self:TierStore) -> int: return sum(t.nbytes for t in self.tensors())
+    def nbytes(self) -> int: return sum(t.nbytes for t in self.tensors())
 
-# %% ../nbs/04_store.ipynb #0177782d
-def _rows_per_head(e:Encoded, heads:torch.Tensor, n_heads:int) -> list[int]:
-    "Channel groups (or rows) each head holds, for `merge_rows`."
-    return torch.bincount(group_heads(e, heads), minlength=n_heads).tolist()
+    @torch.no_grad()
+    def add(self, heads, pos, score, k, v):
+        "Add rows `(n, D)` sorted by head; they join the end of their head's rows."
+        if len(heads) == 0: return
+        empty, arriving = self.n == 0, torch.bincount(heads, minlength=self.n_heads)
+        a_rows, b_rows = self.counts.tolist(), arriving.tolist()
+        if self.spec.rank is not None: # one group per head: new rows join it, on its frozen basis
+            old = self.heads()
+            order = torch.sort(torch.cat([old, heads]), stable=True).indices # the merged rows, head-major
+            self.k, self.v = [lowrank_add(e, old, x, heads, self.spec.rank, order)
+                              for e, x in ((self.k, k), (self.v, v))]
+        else:
+            new_k, new_v = encode_pair(k, v, heads, self.spec)
+            a_groups = b_groups = None
+            if not empty and new_k.group_sizes is not None: # channel groups stay head-major, like their rows
+                a_groups = _rows_per_head(self.k, self.heads(), self.n_heads)
+                b_groups = _rows_per_head(new_k, heads, self.n_heads)
+            self.k = new_k if empty else merge_rows(self.k, new_k, a_rows, b_rows, a_groups, b_groups)
+            self.v = new_v if empty else merge_rows(self.v, new_v, a_rows, b_rows)
+        if self.pos is not None: self.pos = interleave(self.pos, a_rows, pos.to(torch.int32), b_rows)
+        if self.score is not None: self.score = interleave(self.score, a_rows, score.float(), b_rows)
+        self.counts += arriving.to(torch.int32)
+        self.memo = {}
 
-@patch
-@torch.no_grad()
-def add(self:TierStore, heads, pos, score, k, v):
-    "Add rows `(n, D)` sorted by head; they join the end of their head's rows."
-    if len(heads) == 0: return
-    empty, arriving = self.n == 0, torch.bincount(heads, minlength=self.n_heads)
-    a_rows, b_rows = self.counts.tolist(), arriving.tolist()
-    if self.spec.rank is not None: # one group per head: new rows join it, on its frozen basis
-        old = self.heads()
-        order = torch.sort(torch.cat([old, heads]), stable=True).indices # the merged rows, head-major
-        self.k, self.v = [lowrank_add(e, old, x, heads, self.spec.rank, order) for e, x in ((self.k, k), (self.v, v))]
-    else:
-        new_k, new_v = encode_pair(k, v, heads, self.spec)
-        a_groups = b_groups = None
-        if not empty and new_k.group_sizes is not None: # channel groups stay head-major, like their rows
-            a_groups = _rows_per_head(self.k, self.heads(), self.n_heads)
-            b_groups = _rows_per_head(new_k, heads, self.n_heads)
-        self.k = new_k if empty else merge_rows(self.k, new_k, a_rows, b_rows, a_groups, b_groups)
-        self.v = new_v if empty else merge_rows(self.v, new_v, a_rows, b_rows)
-    if self.pos is not None: self.pos = interleave(self.pos, a_rows, pos.to(torch.int32), b_rows)
-    if self.score is not None: self.score = interleave(self.score, a_rows, score.float(), b_rows)
-    self.counts += arriving.to(torch.int32)
-    self.memo = {}
+    def select(self, keep:torch.Tensor):
+        "Keep only the rows where `keep` is True; the others' memory is released."
+        self.counts, self.memo = torch.bincount(self.heads()[keep], minlength=self.n_heads).to(torch.int32), {}
+        self.k, self.v = select_rows(self.k, keep, self.spec, True), select_rows(self.v, keep, self.spec, False)
+        if self.pos is not None: self.pos = self.pos[keep]
+        if self.score is not None: self.score = self.score[keep]
 
-# %% ../nbs/04_store.ipynb #2ad98375
-@patch
-def select(self:TierStore, keep:torch.Tensor):
-    "Keep only the rows where `keep` is True; the others' memory is released."
-    self.counts, self.memo = torch.bincount(self.heads()[keep], minlength=self.n_heads).to(torch.int32), {}
-    self.k, self.v = select_rows(self.k, keep, self.spec, True), select_rows(self.v, keep, self.spec, False)
-    if self.pos is not None: self.pos = self.pos[keep]
-    if self.score is not None: self.score = self.score[keep]
-
-@patch
-def clear(self:TierStore):
-    "Release every row (cheaper than `select` with nothing kept)."
-    self.counts, self.k, self.v, self.memo = torch.zeros_like(self.counts), None, None, {}
-    if self.pos is not None: self.pos = self.pos.new_zeros(0) # a new empty tensor: a `[:0]` view keeps the storage
-    if self.score is not None: self.score = self.score.new_zeros(0)
+    def clear(self):
+        "Release every row (cheaper than `select` with nothing kept)."
+        self.counts, self.k, self.v, self.memo = torch.zeros_like(self.counts), None, None, {}
+        if self.pos is not None: self.pos = self.pos.new_zeros(0) # a new empty tensor: a `[:0]` view keeps the storage
+        if self.score is not None: self.score = self.score.new_zeros(0)
 
 # %% ../nbs/04_store.ipynb #1c7ebb9c
 def _blocks(sizes:torch.Tensor, # (B, k) sizes of consecutive items, batch-major
@@ -142,59 +135,52 @@ class LayerStore:
                       for i, spec in enumerate(specs)]
         self.seen = 0 # tokens written so far: the next token's position
         self.padding_evicted = torch.zeros(B, dtype=torch.long, device=device) # leading padding tokens freed, per row
-        self.dropped: torch.Tensor|None = None # (B*H,) tokens each head of an ordered store evicted: its oldest
+        self.evicted_count: torch.Tensor|None = None # (B*H,) tokens each head of an ordered store evicted: its oldest
         self.horizon = 0 # every row before this position is forgotten (`forget_before`: a sliding window's edge)
 
-# %% ../nbs/04_store.ipynb #714110f6
-@patch
-@torch.no_grad()
-def write(self:LayerStore, key_states, value_states): # (B, H_kv, q, D) each
-    "Store new rows in tier 0, at positions `seen`, `seen+1`, ..."
-    B, H, q, D = key_states.shape
-    flat = torch.arange(B*H, device=self.device) # one row per head, or q consecutive rows per head
-    if q == 1: heads, pos = flat, torch.full((B*H,), self.seen, device=self.device)
-    else: heads, pos = flat.repeat_interleave(q), (self.seen + torch.arange(q, device=self.device)).repeat(B*H)
-    score = torch.zeros(B*H*q, device=self.device) if self.tiers[0].score is not None else None
-    self.tiers[0].add(heads, pos, score, key_states.reshape(-1, D), value_states.reshape(-1, D))
-    self.seen += q
+    @torch.no_grad()
+    def write(self, key_states, value_states): # (B, H_kv, q, D) each
+        "Store new rows in tier 0, at positions `seen`, `seen+1`, ..."
+        B, H, q, D = key_states.shape
+        flat = torch.arange(B*H, device=self.device) # one row per head, or q consecutive rows per head
+        if q == 1: heads, pos = flat, torch.full((B*H,), self.seen, device=self.device)
+        else: heads, pos = flat.repeat_interleave(q), (self.seen + torch.arange(q, device=self.device)).repeat(B*H)
+        score = torch.zeros(B*H*q, device=self.device) if self.tiers[0].score is not None else None
+        self.tiers[0].add(heads, pos, score, key_states.reshape(-1, D), value_states.reshape(-1, D))
+        self.seen += q
 
-# %% ../nbs/04_store.ipynb #cf5a163b
-@patch
-def kept(self:LayerStore) -> torch.Tensor:
-    "(B, H_kv) tokens each head holds, over all tiers."
-    return sum(t.counts for t in self.tiers).view(self.B, self.H)
+    def kept(self) -> torch.Tensor:
+        "(B, H_kv) tokens each head holds, over all tiers."
+        return sum(t.counts for t in self.tiers).view(self.B, self.H)
 
-@patch
-def nbytes(self:LayerStore) -> int:
-    extra = self.padding_evicted.nbytes + (self.dropped.nbytes if self.dropped is not None else 0)
-    return sum(t.nbytes() for t in self.tiers) + extra
+    def nbytes(self) -> int:
+        extra = self.padding_evicted.nbytes + (self.evicted_count.nbytes if self.evicted_count is not None else 0)
+        return sum(t.nbytes() for t in self.tiers) + extra
 
-# %% ../nbs/04_store.ipynb #75296743
-@patch
-def below(self:LayerStore) -> torch.Tensor:
-    "(B*H_kv, seen) bool: the tokens not in tier 0 (deeper or evicted), freed padding aside."
-    t0 = self.tiers[0]
-    out = torch.ones(self.B * self.H, self.seen, dtype=torch.bool, device=self.device)
-    out[t0.heads(), t0.pos.long()] = False
-    freed = self.padding_evicted.repeat_interleave(self.H)[:, None] # (B*H, 1) leading padding tokens of each head
-    return out & (torch.arange(self.seen, device=self.device) >= freed)
+    def below(self) -> torch.Tensor:
+        "(B*H_kv, seen) bool: the tokens not in tier 0 (deeper or evicted), freed padding aside."
+        t0 = self.tiers[0]
+        out = torch.ones(self.B * self.H, self.seen, dtype=torch.bool, device=self.device)
+        out[t0.heads(), t0.pos.long()] = False
+        freed = self.padding_evicted.repeat_interleave(self.H)[:, None] # (B*H, 1) leading padding tokens of each head
+        return out & (torch.arange(self.seen, device=self.device) >= freed)
 
-@patch
-def positions(self:LayerStore, tiers:int|None=None, # the first `tiers` tiers alone; None: every tier
-             ) -> list[torch.Tensor]:
-    "Each tier's row positions `(N_i,)`: stored, or (deeper tiers of an ordered store) implied by the layout."
-    if not self.ordered or len(self.tiers[:tiers]) == 1: return [t.pos.long() for t in self.tiers[:tiers]]
-    # The tokens not in tier 0 (nor freed padding) are the evicted ones and the deeper tiers' rows, oldest first.
-    heads, pos = self.below().nonzero(as_tuple=True) # head-major, oldest first
-    BH = self.B * self.H
-    rank = index_in_head(heads, torch.bincount(heads, minlength=BH))
-    first = self.dropped.clone() if self.dropped is not None else torch.zeros(BH, dtype=torch.long, device=self.device)
-    out = [self.tiers[0].pos.long()]
-    for t in reversed(self.tiers[1:]):
-        last = first + t.counts.long()
-        out.insert(1, pos[(rank >= first[heads]) & (rank < last[heads])])
-        first = last
-    return out[:tiers]
+    def positions(self, tiers:int|None=None, # the first `tiers` tiers alone; None: every tier
+                 ) -> list[torch.Tensor]:
+        "Each tier's row positions `(N_i,)`: stored, or (deeper tiers of an ordered store) implied by the layout."
+        if not self.ordered or len(self.tiers[:tiers]) == 1: return [t.pos.long() for t in self.tiers[:tiers]]
+        # The tokens not in tier 0 (nor freed padding) are the evicted ones and the deeper tiers' rows, oldest first.
+        heads, pos = self.below().nonzero(as_tuple=True) # head-major, oldest first
+        BH = self.B * self.H
+        rank = index_in_head(heads, torch.bincount(heads, minlength=BH))
+        first = (self.evicted_count.clone() if self.evicted_count is not None
+             else torch.zeros(BH, dtype=torch.long, device=self.device))
+        out = [self.tiers[0].pos.long()]
+        for t in reversed(self.tiers[1:]):
+            last = first + t.counts.long()
+            out.insert(1, pos[(rank >= first[heads]) & (rank < last[heads])])
+            first = last
+        return out[:tiers]
 
 # %% ../nbs/04_store.ipynb #f32941e3
 @patch
@@ -256,7 +242,7 @@ def leave(self:LayerStore, i:int, leaving:torch.Tensor) -> tuple: # (N_i,) bool 
 
 # %% ../nbs/04_store.ipynb #b1b533f1
 @patch
-def count_dropped(self:LayerStore, gone:torch.Tensor, # (n,) head of each tier-0 row evicted now, padding aside
+def count_evicted(self:LayerStore, gone:torch.Tensor, # (n,) head of each tier-0 row evicted now, padding aside
                   sinking:torch.Tensor|None=None): # (m,) head of each tier-0 row bound deeper now
     "Count the rows each head of an ordered store evicts from tier 0: a head that does holds nothing deeper."
     if not len(gone): return
@@ -266,7 +252,7 @@ def count_dropped(self:LayerStore, gone:torch.Tensor, # (n,) head of each tier-0
     if (drops * deeper).any(): # what it evicted before is older than what sinks now (sinking order)
         raise ValueError("a head of an ordered store either evicts its old rows or sinks them into deeper tiers, "
                          "not both (its deeper rows must be its oldest)")
-    self.dropped = drops if self.dropped is None else self.dropped + drops
+    self.evicted_count = drops if self.evicted_count is None else self.evicted_count + drops
 
 @patch
 def newest_below(self:LayerStore) -> torch.Tensor:
@@ -280,7 +266,7 @@ def newest_below(self:LayerStore) -> torch.Tensor:
     return torch.where(newest >= self.padding_evicted.repeat_interleave(self.H), newest, -1)
 
 @patch
-def check_sinking_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
+def check_demotion_order(self:LayerStore, target:torch.Tensor): # (N,) tier each tier-0 row goes to
     "Refuse, in an ordered store, a row bound deeper that is not newer than every row its head holds deeper already."
     t0, sinking = self.tiers[0], (target > 0) & (target < len(self.tiers))
     if sinking.any() and (t0.pos[sinking].long() <= self.newest_below()[t0.heads()[sinking]]).any():
@@ -297,9 +283,9 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
     if self.ordered: # what each head evicted, and the order its rows sank in, imply the deeper rows' positions
         heads, gone, sinking = self.tiers[0].heads(), target == n_tiers, (target > 0) & (target < n_tiers)
         sinks = bool(sinking.any())
-        self.count_dropped(heads[gone if padding is None else gone & ~padding], heads[sinking] if sinks else None)
+        self.count_evicted(heads[gone if padding is None else gone & ~padding], heads[sinking] if sinks else None)
         if not sinks: return self.tiers[0].select(~gone) # evicted alone, as most decode steps: nothing to route
-        self.check_sinking_order(target)
+        self.check_demotion_order(target)
     for i, rows in enumerate(target.split(sizes)):
         leaving = rows != i
         if not leaving.any(): continue
@@ -316,7 +302,7 @@ def move(self:LayerStore, target:torch.Tensor, # (N,) tier each row of the movab
 def evict(self:LayerStore, leaving:torch.Tensor) -> tuple: # (N0,) bool: tier-0 rows -> their (heads, pos, k, v)
     "Evict rows of tier 0 and hand them back, for a head's state to fold: `move`'s eviction without its routing."
     # a streaming head folds a row every decode step: through `move` that took 9.6 % of a 2k step, through this 7.2 %
-    if self.ordered: self.count_dropped(self.tiers[0].heads()[leaving]) # before any row leaves: it may refuse
+    if self.ordered: self.count_evicted(self.tiers[0].heads()[leaving]) # before any row leaves: it may refuse
     heads, pos, _, k, v = self.leave(0, leaving) # k, v decoded in float32
     return heads, pos, k, v
 
@@ -326,15 +312,16 @@ def gather_batches(self:LayerStore, batch_idx:torch.Tensor):
     "Keep batch elements `batch_idx` (with repeats)."
     for t in self.tiers: t.gather_batches(batch_idx.cpu() if self.device.type == 'cpu' else batch_idx, self.B)
     self.padding_evicted = self.padding_evicted[batch_idx]
-    if self.dropped is not None: self.dropped = self.dropped.view(self.B, self.H)[batch_idx].flatten()
+    if self.evicted_count is not None: self.evicted_count = self.evicted_count.view(self.B, self.H)[batch_idx].flatten()
     self.B = len(batch_idx)
 
 # %% ../nbs/04_store.ipynb #f1bd0186
 @patch
 def crop(self:LayerStore, length:int):
     "Forget every token at position `length` or later."
-    if self.dropped is not None: # a head's evicted tokens are its oldest: those left are at most all it had before
-        self.dropped = torch.minimum(self.dropped, self.below()[:, :length].sum(1))
+    # a head's evicted tokens are its oldest: those left are at most all it had before
+    if self.evicted_count is not None:
+        self.evicted_count = torch.minimum(self.evicted_count, self.below()[:, :length].sum(1))
     for t, pos in zip(self.tiers, self.positions()):
         if t.n: t.select(pos < length)
     self.seen, self.horizon = length, min(self.horizon, length) # nothing is held before either
@@ -346,7 +333,8 @@ def keep_newest_below(self:LayerStore, most:torch.Tensor): # (B*H,) rows each he
     if not self.ordered: raise ValueError("keep_newest_below: only an ordered store knows its deeper rows' order")
     excess = (torch.stack([t.counts for t in self.tiers[1:]]).sum(0) - most).clamp(min=0).long() # (B*H,)
     if not excess.any(): return
-    self.dropped = excess if self.dropped is None else self.dropped + excess # its oldest: first in `positions`
+    # its oldest: first in `positions`
+    self.evicted_count = excess if self.evicted_count is None else self.evicted_count + excess
     for t in reversed(self.tiers[1:]): # a head's deepest tier holds its oldest rows
         take = torch.minimum(excess, t.counts.long())
         if take.any(): t.select(index_in_head(t.heads(), t.counts.long()) >= take[t.heads()]) # each head's first
@@ -369,12 +357,14 @@ def forget_before(self:LayerStore, horizon:int): # the oldest position any query
     # a head's tokens before the horizon that tier 0 no longer holds (freed padding aside) are its evicted ones, which
     # are its oldest, then its deepest rows: those past the evicted are deeper rows to forget
     before = (horizon - self.padding_evicted.repeat_interleave(self.H)).clamp(min=0) - gone0
-    dropped = self.dropped if self.dropped is not None else torch.zeros(BH, dtype=torch.long, device=self.device)
+    evicted = (self.evicted_count if self.evicted_count is not None
+               else torch.zeros(BH, dtype=torch.long, device=self.device))
     if len(self.tiers) > 1:
         deeper = torch.stack([t.counts for t in self.tiers[1:]]).sum(0).long()
-        self.keep_newest_below(deeper - (before - dropped).clamp(min=0))
+        self.keep_newest_below(deeper - (before - evicted).clamp(min=0))
     if bool(old0.any()):
-        self.dropped = (self.dropped if self.dropped is not None else dropped) + gone0
+        # `keep_newest_below` may have counted some already
+        self.evicted_count = (self.evicted_count if self.evicted_count is not None else evicted) + gone0
         t0.select(~old0)
 
 # %% ../nbs/04_store.ipynb #8b7e0a02
@@ -403,5 +393,5 @@ def nbytes_by_part(self:LayerStore) -> dict[tuple[str, str], int]:
         name = names[i] if names.count(names[i]) == 1 else f'{names[i]} (tier {i})'
         for part, n in t.nbytes_by_part().items(): out[name, part] += n
     out['layer', 'freed padding'] = self.padding_evicted.nbytes
-    if self.dropped is not None: out['layer', 'evicted counts'] = self.dropped.nbytes
+    if self.evicted_count is not None: out['layer', 'evicted counts'] = self.evicted_count.nbytes
     return dict(out)

@@ -7,7 +7,8 @@ Docs: https://kvstrat.github.io/kvstrat/stratigraphic.html.md"""
 # %% ../nbs/11_stratigraphic.ipynb #0b5afed3
 from __future__ import annotations
 import math, warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import FrozenInstanceError, asdict, dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from fastcore.basics import patch
 from typing import ClassVar
@@ -28,8 +29,8 @@ from .zoned import *
 from .streaming import *
 
 # %% auto #0
-__all__ = ['TOP8_FROM', 'WINDOW128_FROM', 'RESIDUAL4_FROM', 'RANKED_FROM', 'RANKED_RECENT', 'RANKED_DROP', 'PrecisionPlan',
-           'quantised_tier', 'uniform_sensitivity', 'entropy_sensitivity', 'Stratigraphic', 'layer_budgets',
+__all__ = ['BY_RATIO', 'RANKED_RECENT', 'RANKED_DROP', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity',
+           'entropy_sensitivity', 'ByRatio', 'ZoneSettings', 'zone_settings', 'Stratigraphic', 'layer_budgets',
            'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
            'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
            'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
@@ -87,13 +88,50 @@ def entropy_sensitivity(spec:ModelSpec, family:FormatFamily, window:int|None=Non
     s.source = f'entropy profile: {profile.source}'
     return s
 
-# %% ../nbs/11_stratigraphic.ipynb #6a1c0004
-TOP8_FROM = 5.0 # the ratio from which tier 0 defaults to 8 bits, without plain eviction (research diary, 2026-12-04)
-WINDOW128_FROM = 6.0 # the ratio from which an evicting head keeps its newest 128 tokens, not 64 (diary, 2026-12-06)
-RESIDUAL4_FROM = 8.0 # the ratio from which tier 0 keeps 4 residual rows, not 12 (diary, 2026-12-06)
-RANKED_FROM = 6.0 # from this ratio to `RESIDUAL4_FROM`, an evicting head keeps its window in tier 0, with its newest
-RANKED_RECENT, RANKED_DROP = 96, 16 # rows and the most attended, dropping 16 at once past 143 (diary, 2026-12-07)
+# %% ../nbs/11_stratigraphic.ipynb #08648d49
+@dataclass(frozen=True)
+class ByRatio:
+    "The settings `ratio` decides from `ratio_from` up, unless they are given (each found in the research diary)."
+    ratio_from: float
+    top_bits: int # tier 0's rows
+    residual: int # newest rows kept in tier 0
+    window: int # newest tokens an evicting head keeps, past its sinks
+    ranked: bool # an evicting head keeps its window in tier 0: its `RANKED_RECENT` newest and the most attended
 
+BY_RATIO = (ByRatio(0.0, top_bits=16, residual=12, window=64, ranked=False),
+            ByRatio(5.0, top_bits=8, residual=12, window=64, ranked=False), # 8 bits, no plain eviction (2026-12-04)
+            ByRatio(6.0, top_bits=8, residual=12, window=128, ranked=True), # 128 (2026-12-06); ranked (2026-12-07)
+            ByRatio(8.0, top_bits=8, residual=4, window=128, ranked=False)) # 4 residual rows (2026-12-06)
+RANKED_RECENT, RANKED_DROP = 96, 16 # a ranked window's newest rows; it drops 16 at once, past 128 + 16 - 1 = 143
+
+
+# %% ../nbs/11_stratigraphic.ipynb #3ad10724
+@dataclass(frozen=True)
+class ZoneSettings:
+    "The coupled settings of a Stratigraphic configuration, resolved: each as given, else as its ratio decides."
+    residual: int
+    window: int|None
+    top_bits: int
+    quantised_window: bool
+    recent: int|None
+    drop_group: int
+    plain_eviction: bool
+
+def zone_settings(s) -> ZoneSettings: # a Stratigraphic configuration
+    "Resolve `s`'s settings left to its ratio (`BY_RATIO`); a window given is a plain one, quantised as at any ratio."
+    row = [r for r in BY_RATIO if s.ratio >= r.ratio_from][-1]
+    ranked = row.ranked and s.window == 0
+    quantised = not ranked if s.quantised_window is None else s.quantised_window
+    recent = (RANKED_RECENT if ranked and not quantised else None) if s.recent == -1 else s.recent
+    drop_group = (RANKED_DROP if ranked and recent is not None else 1) if s.drop_group == 0 else s.drop_group
+    window = row.window + drop_group - 1 if s.window == 0 else s.window
+    top_bits = row.top_bits if s.top_bits is None else s.top_bits
+    plain = top_bits == 16 or not (quantised and window is not None) # no quantised window: eviction is plain
+    return ZoneSettings(row.residual if s.residual is None else s.residual, window, top_bits, quantised, recent,
+                        drop_group, plain if s.plain_eviction is None else s.plain_eviction)
+
+
+# %% ../nbs/11_stratigraphic.ipynb #6a1c0004
 @register
 @dataclass
 class Stratigraphic(Strategy):
@@ -102,56 +140,61 @@ class Stratigraphic(Strategy):
      "beyond `window` tokens is one more choice per head, the deepest zone, with the window fp16 or quantised.")
     name: ClassVar[str] = 'stratigraphic'
     report_family: ClassVar[str] = 'stratigraphic'
-    ratio: float = 4.0 # target compression against an fp16 cache of the same tokens, at `length` tokens
-    calibration: str = 'auto' # a `Sensitivity` JSON; 'auto': the one shipped for this model shape; 'uniform'; 'entropy'
-    length: int = 1024 # context the target is planned at: the fp16 sinks and window weigh more in a shorter one
-    residual: int|None = None # most recent tokens kept in tier 0 (and up to `group - 1` more, until a whole group can
-                              # sink); None: by `ratio`
-    sinks: int = 4 # first tokens kept in tier 0
-    group: int = 32 # tokens per per-channel key group: rows sink in whole groups; channels per group with keys='token'
-    window: int|None = field(default=0, metadata={'before': 64}) # newest tokens a head that evicts keeps, with its
-                                                                  # sinks; None: no head evicts; 0: by `ratio`
-    widths: str = '8/4/3/2' # the bit widths a head's keys and values may get, from 8/4/3/2
-    schedule: str = 'calibrated' # 'calibrated': one knapsack over all layers; uniform, inverted, pyramid: fixed shares
-    keys: str = 'channel' # 'token': keys grouped per token, so rows sink one at a time (per-row demotion)
-    rotate: bool = True # Hadamard-rotate keys and values before quantising (needs a power-of-2 head_dim)
-    anchors: int = 0 # of each run of `group + anchors` rows due to sink, the most attended but its newest stay in
-                     # tier 0 for good
-    quantised_window: bool|None = field(default=None, metadata={'before': False}) # evicting heads may quantise their
-                                                                                   # window; None: by `ratio`
-    top_bits: int|None = field(default=None, metadata={'before': 16}) # tier 0's rows: 16, 8 or 4 bits; None: by `ratio`
-    plain_eviction: bool|None = field(default=None, metadata={'before': True}) # evict with the window in tier 0 too
-    recent: int|None = field(default=-1, metadata={'before': None}) # of an evicting head's window, the newest tokens;
-        # the rest are the rows it attended most (H2O's sum), dropped one way (needs quantised_window=false); None: the
-        # newest `window`; -1: by `ratio`
-    drop_group: int = field(default=0, metadata={'before': 1}) # with `recent`: past its window, an evicting head drops
-        # this many rows at once, so its layer plans once in `drop_group` decode steps (`kept_quota`); 0: by `ratio`
+    ratio: float = 4.0 # Target compression against an fp16 cache of the same tokens, at `length` tokens.
+    calibration: str = 'auto' # The costs the plan spends bits by: a `Sensitivity` JSON, 'auto' (the one shipped for
+                              # this model shape), 'uniform' or 'entropy'.
+    length: int = 1024 # Context the target is planned at: the fp16 sinks and window weigh more in a shorter one.
+    residual: int|None = None # Newest tokens kept in tier 0 (and up to `group - 1` more, until a whole group can
+                              # sink); None sets it by `ratio`.
+    sinks: int = 4 # First tokens kept in tier 0.
+    group: int = 32 # Tokens per key group: rows sink in whole groups (with keys='token', channels per group).
+    window: int|None = field(default=0, metadata={'before': 64}) # Newest tokens a head that evicts keeps, with its
+                                                                  # sinks; None: no head evicts; 0 sets it by `ratio`.
+    widths: str = '8/4/3/2' # The bit widths a head's keys and values may get, drawn from 8/4/3/2.
+    schedule: str = ablation_field('calibrated') # 'calibrated': one knapsack over all layers; uniform, inverted,
+                                                  # pyramid: fixed layer shares.
+    keys: str = ablation_field('channel') # 'token': keys grouped per token, so rows sink one at a time.
+    rotate: bool = ablation_field(True) # Hadamard-rotate keys and values before quantising (a power-of-2 head_dim).
+    anchors: int = ablation_field(0) # Of each run of `group + anchors` rows due to sink, the most attended but its
+                                      # newest stay in tier 0 for good.
+    quantised_window: bool|None = ablation_field(None, before=False) # Evicting heads may quantise their window; None
+                                                                      # sets it by `ratio`.
+    top_bits: int|None = ablation_field(None, before=16) # Tier 0's rows: 16, 8 or 4 bits; None sets it by `ratio`.
+    plain_eviction: bool|None = ablation_field(None, before=True) # Evict with the window in tier 0 too; None sets it
+                                                                   # by `ratio`.
+    recent: int|None = ablation_field(-1, before=None) # Of an evicting head's window, the newest tokens; the rest are
+        # the rows it attended most (H2O's sum), dropped one way (needs quantised_window=false); None: the newest
+        # `window`; -1 sets it by `ratio`.
+    drop_group: int = ablation_field(0, before=1) # With `recent`: past its window, an evicting head drops this many
+        # rows at once, so its layer plans once in `drop_group` decode steps (`kept_quota`); 0 sets it by `ratio`.
 
-    def __post_init__(self): # the defaults that depend on the ratio, resolved here: a row records what ran, and a
-        # ratio set after construction keeps them (tier 0 at 8 bits and no plain eviction from `TOP8_FROM` up, 128
-        # rows kept past the sinks from `WINDOW128_FROM` up, ranked in tier 0 from `RANKED_FROM` to `RESIDUAL4_FROM`, 4
-        # residual rows from `RESIDUAL4_FROM` up). A window given is a plain one, quantised as at other ratios.
-        ranked = RANKED_FROM <= self.ratio < RESIDUAL4_FROM and self.window == 0 # the window by ratio ranks its rows
-        if self.quantised_window is None: self.quantised_window = not ranked
-        if self.recent == -1: self.recent = RANKED_RECENT if ranked and not self.quantised_window else None
-        if self.drop_group == 0: self.drop_group = RANKED_DROP if ranked and self.recent is not None else 1
-        if self.window == 0: self.window = (128 if self.ratio >= WINDOW128_FROM else 64) + self.drop_group - 1
-        if self.top_bits is None: self.top_bits = 8 if self.ratio >= TOP8_FROM else 16
-        if self.residual is None: self.residual = 4 if self.ratio >= RESIDUAL4_FROM else 12
-        if self.plain_eviction is None: self.plain_eviction = self.top_bits == 16 or not self.windowed_choices
+    def __setattr__(self, name, value): # set once, by the constructor: a new setting is a new configuration
+        if name in self.__dict__:
+            raise FrozenInstanceError(f"a Stratigraphic configuration is immutable: use dataclasses.replace(s, "
+                                      f"{name}=...), so the settings its ratio decides follow the new value")
+        super().__setattr__(name, value)
+    @cached_property
+    def settings(self) -> ZoneSettings: return zone_settings(self) # each as given, else as `ratio` decides
+    def resolved(self) -> Stratigraphic: return replace(self, **asdict(self.settings)) # what a row records
+    def __eq__(self, other): # equal configurations build the same cache: settings left to the ratio as it resolves them
+        if type(other) is not type(self): return NotImplemented
+        return all(getattr(self.resolved(), f.name) == getattr(other.resolved(), f.name) for f in fields(self))
 
     def needs(self): return Needs(ordered=True, attention=self.ranks_rows, summed=True, scores=self.ranks_rows)
     @property
-    def ranks_rows(self) -> bool: return self.anchors > 0 or self.recent is not None # by the attention they got
+    def ranks_rows(self) -> bool: # rows ranked by the attention they got
+        return self.anchors > 0 or self.settings.recent is not None
     @property
     def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
     @property
-    def windowed_choices(self) -> bool: return self.quantised_window and self.window is not None # else none evicts
+    def windowed_choices(self) -> bool: # may a head quantise its window? (else no windowed choice evicts)
+        return self.settings.quantised_window and self.settings.window is not None
     def top(self, head_dim:int) -> TierSpec: # rows arrive one at a time, so tier 0 groups them per token
-        if self.top_bits not in (16, 8, 4):
-            raise ValueError(f"stratigraphic top_bits must be 16 (fp16), 8 or 4 (bits per row), got {self.top_bits}")
-        if self.top_bits == 16: return FP16
-        if self.top_bits == 8: return replace(Int8().tiers(head_dim)[1], rotate=self.rotate) # int8's rows
+        top_bits = self.settings.top_bits
+        if top_bits not in (16, 8, 4):
+            raise ValueError(f"stratigraphic top_bits must be 16 (fp16), 8 or 4 (bits per row), got {top_bits}")
+        if top_bits == 16: return FP16
+        if top_bits == 8: return replace(Int8().tiers(head_dim)[1], rotate=self.rotate) # int8's rows
         # 4: the best 4-bit kivi's rows (keys in groups of 16 channels, values one group a row, 8-bit scales)
         if head_dim % 16: raise ValueError(f"stratigraphic top_bits=4 groups keys in 16 channels, so head_dim "
                                            f"{head_dim} must be a multiple of 16: use top_bits=8 or 16")
@@ -165,8 +208,8 @@ class Stratigraphic(Strategy):
 @patch
 def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
     "The calibration `self.calibration` names, checked against the model and the formats."
-    if self.calibration == 'uniform': return uniform_sensitivity(spec, self.family, self.window)
-    if self.calibration == 'entropy': return entropy_sensitivity(spec, self.family, self.window)
+    if self.calibration == 'uniform': return uniform_sensitivity(spec, self.family, self.settings.window)
+    if self.calibration == 'entropy': return entropy_sensitivity(spec, self.family, self.settings.window)
     if self.calibration != 'auto':
         if not Path(self.calibration).is_file():
             raise ValueError(f"stratigraphic: calibration {self.calibration!r} is not 'auto', 'uniform', 'entropy' "
@@ -179,11 +222,11 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
                           "layers, KV heads, head_dim), so every head is priced alike, as calibration=uniform does; "
                           "on SmolLM2 that cost 5-6 times the calibrated plan's loss at 4x. Measure one with "
                           "`kvstrat-calibrate --model NAME --out FILE` and pass calibration=FILE", stacklevel=3)
-            s = uniform_sensitivity(spec, self.family, self.window)
+            s = uniform_sensitivity(spec, self.family, self.settings.window)
             s.source = 'uniform (no calibration shipped for this shape: run kvstrat-calibrate)'
             return s
-        path = (shipped_sensitivity(model_shape(spec), self.family, self.window, self.residual, self.recent,
-                                    self.drop_group)
+        z = self.settings
+        path = (shipped_sensitivity(model_shape(spec), self.family, z.window, z.residual, z.recent, z.drop_group)
                 or found[0]) # none in its formats: refused below
         s = load_sensitivity(path, spec)
     name = self.calibration if self.calibration != 'auto' else f'auto ({path.name})'
@@ -191,35 +234,37 @@ def sensitivity(self:Stratigraphic, spec:ModelSpec) -> Sensitivity:
         raise ValueError(f"stratigraphic: calibration {name} was measured for {s.family} at widths "
                          f"{s.bits}, but this strategy stores {self.family} at {FORMAT_BITS} (calibration=uniform "
                          "prices every head alike in any format)")
-    if self.window is not None and (s.evict is None or s.window != self.window):
+    if self.settings.window is not None and (s.evict is None or s.window != self.settings.window):
         measured = f'beyond {s.window} tokens' if s.evict is not None else 'not at all'
         raise ValueError(f"stratigraphic: calibration {name} measured eviction {measured}: use "
                          f"window={s.window if s.evict is not None else 'none'}, or measure it with "
-                         f"`kvstrat-calibrate --only-eviction --window {self.window}`")
-    if self.window is not None and (s.recent, s.drop_group) != (self.recent, self.drop_group):
+                         f"`kvstrat-calibrate --only-eviction --window {self.settings.window}`")
+    recent, drop_group = self.settings.recent, self.settings.drop_group
+    if self.settings.window is not None and (s.recent, s.drop_group) != (recent, drop_group):
         kept = lambda r, g: ('its newest' if r is None else f'its newest {r} and the most attended'
                              + (f', dropping {g} rows at once' if g > 1 else ''))
         raise ValueError(f"stratigraphic: calibration {name} measured eviction keeping {kept(s.recent, s.drop_group)} "
-                         f"of the window, but this plan keeps {kept(self.recent, self.drop_group)}: measure it with "
-                         f"`kvstrat-calibrate --only-eviction --window {self.window}"
-                         + (f" --recent {self.recent}" if self.recent is not None else '')
-                         + (f" --drop-group {self.drop_group}" if self.drop_group > 1 else '') + '`')
-    if s.residual != self.residual: # the knapsack would price tokens the cache keeps at fp16 as quantised, or back
+                         f"of the window, but this plan keeps {kept(recent, drop_group)}: measure it with "
+                         f"`kvstrat-calibrate --only-eviction --window {self.settings.window}"
+                         + (f" --recent {recent}" if recent is not None else '')
+                         + (f" --drop-group {drop_group}" if drop_group > 1 else '') + '`')
+    # the knapsack would price tokens the cache keeps at fp16 as quantised, or back
+    if s.residual != self.settings.residual:
         read = 'the sinks alone' if s.residual is None else f'each query\'s {s.residual} newest tokens'
         warnings.warn(f"stratigraphic: calibration {name} measured the widths with {read} at fp16, but this "
-                      f"plan keeps residual={self.residual}: measure with `kvstrat-calibrate --window "
-                      f"{self.window or 'none'} --residual {self.residual}`", stacklevel=3)
+                      f"plan keeps residual={self.settings.residual}: measure with `kvstrat-calibrate --window "
+                      f"{self.settings.window or 'none'} --residual {self.settings.residual}`", stacklevel=3)
     return s
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0006
 @patch
 def top_held(self:Stratigraphic, head_dim:int) -> tuple[int, float]:
     "Rows each head holds in tier 0 at `length` (sinks, residual, anchors, rows short of a whole run), bytes per row."
-    old = max(self.length - self.sinks - self.residual, 0)
+    old = max(self.length - self.sinks - self.settings.residual, 0)
     run = (self.group if self.keys == 'channel' else 1) + self.anchors # per-token keys sink a row at a time
     waiting, anchored = old % run, old // run * self.anchors
     per_row = row_bytes(self.top(head_dim), head_dim, True, self.ranks_rows) # its position; ranking rows, its score
-    return self.sinks + self.residual + waiting + anchored, per_row
+    return self.sinks + self.settings.residual + waiting + anchored, per_row
 
 # %% ../nbs/11_stratigraphic.ipynb #e1a90001
 @patch
@@ -250,7 +295,7 @@ def choice_tiers(self:Stratigraphic) -> torch.Tensor:
      "evicting, then (`quantised_window`) every pair again, keeping the window alone.")
     k, allowed = len(FORMAT_BITS), [FORMAT_BITS.index(b) for b in self.bit_widths()]
     pairs = [1 + kj * k + vj for kj in allowed for vj in allowed] # tier 1 + kj·k + vj stores that pair
-    evicting = [1 + k * k] if self.window is not None else [] # 1 + k²: no tier, evicted
+    evicting = [1 + k * k] if self.settings.window is not None else [] # 1 + k²: no tier, evicted
     return torch.tensor(pairs + evicting + (pairs if self.windowed_choices else []))
 
 # %% ../nbs/11_stratigraphic.ipynb #05fdca45
@@ -263,9 +308,9 @@ def choice_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor: # (k,)
     counts = 4 * len(self.tiers(head_dim)) # every tier's int32 row count of the head
     pair_bytes = counts + held * top_row + (self.length - held) * (rb[0][:, None] + rb[1][None]).flatten() # (widths²,)
     pairs = self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1
-    if self.window is None: return pair_bytes[pairs]
+    if self.settings.window is None: return pair_bytes[pairs]
     # evicting: its sinks and window in tier 0, its dropped count
-    evict_bytes = torch.tensor([float(counts + min(self.sinks + self.window, self.length) * top_row + 8)])
+    evict_bytes = torch.tensor([float(counts + min(self.sinks + self.settings.window, self.length) * top_row + 8)])
     if not self.windowed_choices: return torch.cat([pair_bytes[pairs], evict_bytes])
     # a window at a pair, priced as evicting and as the pair on every row past the residual: more than it costs
     return torch.cat([pair_bytes[pairs], evict_bytes, counts + self.window_bytes(head_dim)[pairs]])
@@ -281,10 +326,11 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int,
     nbytes = torch.stack([at[n] for n in lengths]).repeat_interleave(H, 0) # (L·H, k)
     cost = (sens.cost[..., 0, :, None] + sens.cost[..., 1, None, :]).flatten(-2).flatten(0, 1) # (L·H, widths²)
     cost = cost[:, self.choice_tiers()[:len(self.bit_widths()) ** 2] - 1]
-    if self.window is None: return cost, nbytes
+    if self.settings.window is None: return cost, nbytes
     evict_cost = sens.evict.flatten()[:, None]
     if not self.windowed_choices: return torch.cat([cost, evict_cost], 1), nbytes
-    plain = evict_cost if self.plain_eviction else torch.full_like(evict_cost, math.inf) # left out: never chosen
+    # plain eviction left out: never chosen
+    plain = evict_cost if self.settings.plain_eviction else torch.full_like(evict_cost, math.inf)
     return torch.cat([cost, plain, cost + evict_cost], 1), nbytes
 
 # %% ../nbs/11_stratigraphic.ipynb #c7e1b001
@@ -292,7 +338,7 @@ def head_choices(self:Stratigraphic, sens:Sensitivity, head_dim:int,
 def window_rows(self:Stratigraphic) -> int:
     "Rows an evicting head holds quantised at most: right after a group sinks, `window - residual`, in whole groups."
     group = self.group if self.keys == 'channel' else 1
-    return -(-max(self.window - self.residual, 0) // group) * group
+    return -(-max(self.settings.window - self.settings.residual, 0) // group) * group
 
 @patch
 def window_bytes(self:Stratigraphic, head_dim:int) -> torch.Tensor:
@@ -335,26 +381,26 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     D = spec.head_dim
     if not self.ratio >= 1:
         raise ValueError(f"stratigraphic ratio must be >= 1 (fp16 bytes / bytes held), got {self.ratio}")
-    if (self.residual < 0 or self.sinks < 0 or self.anchors < 0 or self.group < 1
-            or (self.window is not None and self.window < 1)):
+    if (self.settings.residual < 0 or self.sinks < 0 or self.anchors < 0 or self.group < 1
+            or (self.settings.window is not None and self.settings.window < 1)):
         raise ValueError(f"stratigraphic residual, sinks and anchors must be >= 0, window >= 1 (none, or 0: by ratio) "
-                         f"and group >= 1, got {self.residual}, {self.sinks}, {self.anchors}, {self.window}, "
-                         f"{self.group}")
+                         f"and group >= 1, got {self.settings.residual}, {self.sinks}, {self.anchors}, "
+                         f"{self.settings.window}, {self.group}")
     if self.keys not in ('channel', 'token') or (self.keys == 'token' and D % self.group):
         raise ValueError(f"stratigraphic keys must be 'channel' or 'token' (then group {self.group} must divide "
                          f"head_dim {D}), got {self.keys!r}")
     if self.rotate: check_rotatable(self.name, D)
     if self.schedule != 'calibrated' and self.schedule not in SCHEDULES:
         raise ValueError(f"stratigraphic schedule must be 'calibrated' or one of {SCHEDULES}, got {self.schedule!r}")
-    if not self.plain_eviction and not self.windowed_choices:
+    if not self.settings.plain_eviction and not self.windowed_choices:
         raise ValueError("stratigraphic plain_eviction=false leaves a head only quantised windows to evict with: it "
                          "needs quantised_window=true and a window")
-    if self.recent is not None and not (self.window is not None and 0 <= self.recent <= self.window
-                                        and not self.windowed_choices):
-        raise ValueError(f"stratigraphic recent={self.recent} keeps the newest of an evicting head's window and ranks "
+    recent, window = self.settings.recent, self.settings.window
+    if recent is not None and not (window is not None and 0 <= recent <= window and not self.windowed_choices):
+        raise ValueError(f"stratigraphic recent={recent} keeps the newest of an evicting head's window and ranks "
                          f"the rest, all in tier 0: it needs quantised_window=false and 0 <= recent <= window "
-                         f"({self.window})")
-    check_drop_group(self.drop_group, self.window, self.recent, 'stratigraphic drop_group')
+                         f"({window})")
+    check_drop_group(self.settings.drop_group, self.settings.window, self.settings.recent, 'stratigraphic drop_group')
     if heads is not None and self.schedule != 'calibrated':
         raise ValueError("stratigraphic: a plan for some heads alone (hybrid's) takes schedule='calibrated'")
     held, _ = self.top_held(D)
@@ -372,7 +418,7 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
         windows = f" (sliding-window layers hold {spec.sliding_window - 1})" if any(spec.sliding) else ''
         raise ValueError(f"stratigraphic: ratio {self.ratio:g} is out of reach at length {self.length}{windows}: its "
                          f"formats reach {lo:.2f}x to {hi:.2f}x (a longer length, fewer fp16 tokens, a lower ratio"
-                         f"{'' if self.window is not None else ', or eviction: window=64'})")
+                         f"{'' if self.settings.window is not None else ', or eviction: window=64'})")
     if self.ratio < lo: warnings.warn(f"stratigraphic: ratio {self.ratio:g} is below what {self.bit_widths()[0]} bits "
                                       f"everywhere reach ({lo:.2f}x): every head is stored at them", stacklevel=2)
     choice = self.choose(cost, nbytes, fp16 / max(self.ratio, lo), spec.n_layers)
@@ -394,27 +440,28 @@ def observe(self:Stratigraphic, view:LayerView, probs:torch.Tensor): # with anch
 @patch
 def assign(self:Stratigraphic, view:LayerView) -> torch.Tensor: # the view holds tier 0 alone (ordered)
     importance = h2o_scores(view.score, view.pos, view.seen, mean=True) if self.anchors else None # per query
-    sink = sinking_rows(view, self.residual, self.sinks, self.group if self.keys == 'channel' else None,
+    sink = demoted_rows(view, self.settings.residual, self.sinks, self.group if self.keys == 'channel' else None,
                         self.anchors, importance)
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     evicting = tier == view.evicted # these heads drop their rows one at a time, past their window
-    if self.window is not None and bool(evicting.any()): sink = torch.where(evicting, self.dropped(view), sink)
+    if self.settings.window is not None and bool(evicting.any()):
+        sink = torch.where(evicting, self.evicted_rows(view), sink)
     return torch.where(sink, tier, 0)
 
 @patch
 def observed_heads(self:Stratigraphic, layer_idx:int, plan:PrecisionPlan) -> torch.Tensor|None: # (H_kv,) bool
     "With `recent` (and no anchors), the attention of the layer's evicting heads alone ranks rows."
-    if self.anchors or self.recent is None: return None
+    if self.anchors or self.settings.recent is None: return None
     return plan.widths[layer_idx, :, 0] == 0 # evicting: no width
 
 @patch
-def dropped(self:Stratigraphic, view:LayerView) -> torch.Tensor: # (N,) bool, for the rows of evicting heads
+def evicted_rows(self:Stratigraphic, view:LayerView) -> torch.Tensor: # (N,) bool, for the rows of evicting heads
     ("The rows an evicting head drops: all but its sinks and newest `window`; with `recent`, all but its sinks, newest "
      "`recent` and the most attended, `kept_quota` rows in all (H2O's sum, as `kept_rows` measures it).")
-    if self.recent is None: return sinking_rows(view, self.window, self.sinks, None)
-    protected = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, self.recent)
+    if self.settings.recent is None: return demoted_rows(view, self.settings.window, self.sinks, None)
+    protected = sink_mask(view.pos, self.sinks) | recent_mask(view.pos, view.seen, self.settings.recent)
     held = torch.bincount(view.head, minlength=view.batch * view.n_kv_heads) # (B*H_kv,) its tier 0: all it holds
-    quota = kept_quota(held, self.sinks, self.window, self.drop_group)
+    quota = kept_quota(held, self.sinks, self.settings.window, self.settings.drop_group)
     return ~keep_top(h2o_scores(view.score, view.pos, view.seen), view.head, quota, protected)
 
 @patch
@@ -422,13 +469,13 @@ def quiet_steps(self:Stratigraphic, view:LayerView, target) -> int:
     if self.anchors: return 0 # every step's attention counts towards which rows stay
     tier = view.derived.tier[view.layer_idx].to(view.head.device)[view.head % view.n_kv_heads]
     evicting, sinking = tier == view.evicted, (tier > 0) & (tier < view.evicted) # a head planned at fp16 never sinks
-    quiet = NEVER_MOVES if not bool(sinking.any()) else quiet_sinking(
-        view, target, self.residual, self.sinks, self.group if self.keys == 'channel' else None, rows=sinking)
-    if self.window is None or not bool(evicting.any()): return quiet
-    if self.recent is None: return 0 # evicting heads drop a row a step
+    quiet = NEVER_MOVES if not bool(sinking.any()) else quiet_demotion(
+        view, target, self.settings.residual, self.sinks, self.group if self.keys == 'channel' else None, rows=sinking)
+    if self.settings.window is None or not bool(evicting.any()): return quiet
+    if self.settings.recent is None: return 0 # evicting heads drop a row a step
     held = torch.bincount(view.head[evicting & (target == 0)], minlength=view.batch * view.n_kv_heads)
     mine = torch.bincount(view.head[evicting], minlength=len(held)) > 0 # (B*H_kv,) the evicting heads
-    return min(quiet, int((self.sinks + self.window - held[mine]).min())) # each drops once it holds more
+    return min(quiet, int((self.sinks + self.settings.window - held[mine]).min())) # each drops once it holds more
 
 @patch
 def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch.Tensor|None:
@@ -442,7 +489,8 @@ def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch
     # only when rows sink: a step that moves no row of the head keeps what it held, quiet steps or not
     mine = windowed[view.layer_idx].to(held.device).repeat(view.batch) & sinking # (B*H_kv,)
     group = self.group if self.keys == 'channel' else 1
-    keep = ((self.window - held).clamp(min=0) + group - 1) // group * group # the fused read takes whole groups only
+    # the fused read takes whole groups only
+    keep = ((self.settings.window - held).clamp(min=0) + group - 1) // group * group
     return torch.where(mine, keep, view.seen)
 
 # %% ../nbs/11_stratigraphic.ipynb #9c4d2e02

@@ -400,6 +400,7 @@ class Streaming(Strategy):
         return ("its sliding window holds no more than a streaming head keeps exactly" if setup.windowed[layer_idx]
                 else "none of the `fraction` of heads routed to stream is there")
     def adapted(self, model, setup): return nullcontext() if setup.adapter is None else setup.adapter.merged(model)
+    def changes_weights(self, setup) -> bool: return setup.adapter is not None
     def provenance(self, setup) -> str: return setup.provenance
 
 # %% ../nbs/12_streaming.ipynb #efa9fb43

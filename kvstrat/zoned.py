@@ -149,7 +149,7 @@ class Zoned(Strategy):
     keys: str = 'token' # key grouping in the integer zones: 'token' (no waiting for token groups) or 'channel'
     rotate: bool = True # Hadamard-rotate INT4/INT2 rows (spreads outliers of per-token groups)
     group: int = 64 # group size of the integer zones
-    bedrock: int = 0 # rank of a low-rank zone for rows that would be evicted (0: evict them)
+    bedrock: int = ablation_field(0) # rank of a low-rank zone for rows that would be evicted (0: evict them)
 
     def __post_init__(self): parse_zones(self.zones, self.name, 4)
     def needs(self): return Needs(attention=True, summed=True, scores=True, keys=self.topic, one_way=self.one_way)

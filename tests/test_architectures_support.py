@@ -1,7 +1,7 @@
 """Gemma 3, Gemma 2, Phi-3 and Qwen2.5 through the model adapter: their geometry, the attention keywords kvstrat
 honours (scaling, sliding_window, softcap, dropout) or refuses, their LoRA targets, and the architectures it refuses.
 (The shared matrix in tests/test_strategies.py runs every strategy on their tiny models.)"""
-import threading, types
+import types
 from functools import partial
 import pytest, torch
 from transformers import DynamicCache, Gemma3Config, GPT2Config, GPT2LMHeadModel
@@ -82,7 +82,6 @@ def _attend(model, cache, **kw):
     q, k = torch.randn(1, 4, 3, 32), torch.randn(1, 2, 3, 32)
     with cache.attached(model):
         if not cache.layers[1].is_initialized: model(torch.randint(1, 256, (1, 4)), cache=cache, use_cache=True)
-        cache.writing[threading.get_ident()] = 1 # as the cache's `update` marks it in a forward, before attention
         return kvstrat_attention(cache, attn, q, k, k, None, scaling=0.2, **kw)
 
 def test_unknown_math_keywords_are_refused():

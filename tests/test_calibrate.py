@@ -53,13 +53,13 @@ def test_ratio_measures_what_its_plan_reads(tiny_dir):
     d = tiny_dir
     assert calibrate(d, 'a.txt', 'r8.json', '--ratio', '8', '--evict-length', '288', '--repeat', '16') == 0
     s, plan = load_sensitivity(d/'r8.json'), Stratigraphic(ratio=8)
-    assert (s.window, s.residual) == (plan.window, plan.residual) == (128, 4)
+    assert (s.window, s.residual) == (plan.settings.window, plan.settings.residual) == (128, 4)
     assert calibrate(d, 'a.txt', 'r8-12.json', '--ratio', '8', '--residual', '12', '--window', 'none') == 0
     s = load_sensitivity(d/'r8-12.json')
     assert (s.window, s.residual, s.evict) == (None, 12, None) # given, they win
     assert calibrate(d, 'a.txt', 'r6.json', '--ratio', '6.75', '--evict-length', '288', '--repeat', '16') == 0
     s, plan = load_sensitivity(d/'r6.json'), Stratigraphic(ratio=6.75) # its window ranks rows, dropping 16 at once
-    assert (s.window, s.recent, s.drop_group) == (plan.window, plan.recent, plan.drop_group) == (143, 96, 16)
+    assert (s.window, s.recent, s.drop_group) == (plan.settings.window, plan.settings.recent, plan.settings.drop_group) == (143, 96, 16)
 
 def test_pool_with_auto_where_nothing_ships(tiny_dir, capsys):
     assert calibrate(tiny_dir, 'a.txt', 'x.json', '--pool-with', 'auto=4') == 2

@@ -77,12 +77,29 @@ def test_index_shows_the_committed_results(site):
     rows = read_rows(run)
     assert all(r['model'] in text and r['text'] in text for r in rows) # and the model and text the figures name
     tables = [t for t in s.find_all('table') if 'ΔPPL' in t.get_text()]
-    assert tables, 'no headline table'
+    assert len(tables) == 1, f'{len(tables)} tables of results: the index shows one, the headline, and links the rest'
     shown = {tr.find('td').get_text(strip=True) for t in tables for tr in t.find_all('tr') if tr.find('td')}
     assert len(shown) >= len({r['strategy'] for r in rows}), (shown, {r['strategy'] for r in rows})
     for png in RUN_IMAGES:
         if (run/png).is_file():
             assert any(i.get('alt') == png.removesuffix('.png') for i in s.find_all('img')), f'{png} not shown'
+
+
+def test_readme_opens_like_a_library():
+    "README.md as `make docs` writes it: short; install, quickstart and the headline first; its local links resolve."
+    text = (ROOT/'README.md').read_text(encoding='utf-8')
+    lines = text.splitlines()
+    assert len(lines) <= 250, f'README.md has {len(lines)} lines: move the detail to a docs page and link it'
+    heads = [l for l in lines if l.startswith('## ')]
+    assert heads[:3] == ['## Install', '## Quickstart', '## Headline results'], heads
+    install = '\n'.join(lines[lines.index('## Install'):lines.index('## Quickstart')])
+    assert 'pip install "kvstrat' in install and '`make test`' in install
+    quick = lines[lines.index('## Quickstart'):lines.index('## Headline results')]
+    start = quick.index('```python')
+    assert quick.index('```', start + 1) - start - 1 <= 10, 'the quickstart is at most 10 lines'
+    links = re.findall(r'\]\(([^)\s]+)\)', text)
+    broken = [u for u in links if (path := local(u)) and not (ROOT/path).exists()]
+    assert not broken, broken
 
 
 def test_design_page_loads_or_marks_each_ablation(site):

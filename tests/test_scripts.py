@@ -1,8 +1,8 @@
-"The commit-comparison harness of `scripts/`: each arm's process imports kvstrat from the arm's tree, or is refused."
+"The commit-comparison harness of `research/`: each arm's process imports kvstrat from the arm's tree, or is refused."
 import os, sys
 from pathlib import Path
 import pytest
-sys.path.insert(0, str(Path(__file__).parents[1]/'scripts'))
+sys.path.insert(0, str(Path(__file__).parents[1]/'research'))
 import arms
 
 SNIPPET = "import json; print(json.dumps(dict(kvstrat=kvstrat.__file__)))"

@@ -142,7 +142,7 @@ def test_batch_with_padding(name, layout):
         alone = _generate(model, alone_cache, ids[1:, 5:])
     assert not [w for w in caught if 'padd' in str(w.message)] # padding is no reason to warn
     assert out.sequences.shape == (2, 46) and torch.isfinite(torch.stack(out.logits)).all()
-    # equal to rounding (a quantised code may round the other way: scripts/fuzz.py padding)
+    # equal to rounding (a quantised code may round the other way: research/fuzz.py padding)
     torch.testing.assert_close(torch.stack(out.logits)[:, 1], torch.stack(alone.logits)[:, 0], atol=1e-3, rtol=1e-3)
     for padded_layer, alone_layer in zip(padded_cache.layers, alone_cache.layers):
         if isinstance(padded_layer, CompressedLayer): # each tier holds as many of each head's rows
@@ -213,7 +213,7 @@ def test_tiered_read_matches_dense(name, layout):
     torch.testing.assert_close(fast, dense, atol=tol, rtol=tol)
     assert fast_cache.nbytes() == dense_cache.nbytes() # the same rows are held either way
     assert _positions(fast_cache) == _positions(dense_cache)
-    if any(l.observed is not None for l in fast_cache.layers if isinstance(l, CompressedLayer)):
+    if any(l.observed_heads is not None for l in fast_cache.layers if isinstance(l, CompressedLayer)):
         # some heads' attention alone (`observed_heads`): the kernels read it with the output; torch reads it apart
         with kernels.use_kernels(False): torch_read, torch_cache = run(True)
         torch.testing.assert_close(torch_read, dense, atol=tol, rtol=tol)

@@ -3,6 +3,7 @@ stay exact, the byte target is met as `cache.nbytes()` measures it, and the cali
 range; with eviction, the evicting heads hold their sinks and window alone (with `recent`, its newest and the most
 attended), and heads whose window is quantised their sinks and newest tokens."""
 import math, warnings
+from dataclasses import replace
 import torch
 from hypothesis import example, given, settings, strategies as st
 from conftest import examples
@@ -51,7 +52,8 @@ def test_rows_sink_one_way_and_the_target_is_met(frac, residual, sinks, chunk, s
                       **setting)
     _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family), 32) # as the plan counts them
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values)) # 8 and 2 bits
-    s.ratio = ratio = lo + frac * (hi - lo) # anywhere in the reachable range, both ends included
+    s = replace(s.resolved(), ratio=lo + frac * (hi - lo)) # anywhere in the reachable range, both ends included
+    ratio = s.ratio
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
         for key, tier in before.items(): assert after[key] == tier or (tier == 0 and after[key] > 0), key # one way
@@ -87,7 +89,8 @@ def test_evicting_heads_keep_sinks_and_window_and_the_target_is_met(frac, window
                                                                                     # ones are the next test's
     _, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
-    s.ratio = ratio = lo + frac * (hi - lo) # anywhere in reach, evicting every head at the top
+    s = replace(s.resolved(), ratio=lo + frac * (hi - lo)) # anywhere in reach, evicting every head at the top
+    ratio = s.ratio
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
         for key, tier in before.items(): # one way: a row stays, sinks, or is evicted and never comes back
@@ -128,7 +131,8 @@ def test_windowed_heads_keep_sinks_and_their_newest_and_the_target_is_met(frac, 
                       top_bits=top_bits, plain_eviction=plain, schedule=schedule)
     cost, nbytes = s.head_choices(uniform_sensitivity(ModelSpec.of(MODEL), s.family, window), 32)
     lo, hi = (T * 4 * 32 / x.mean().item() for x in reversed(bytes_reach(cost, nbytes))) # plain eviction: if allowed
-    s.ratio = ratio = lo + frac * (hi - lo)
+    s = replace(s.resolved(), ratio=lo + frac * (hi - lo)) # the settings priced above
+    ratio = s.ratio
     cache, history = _run(s, T, chunk, seed)
     for before, after in zip(history, history[1:]):
         for key, tier in before.items(): # one way: a row stays, sinks, or is evicted and never comes back
@@ -181,13 +185,13 @@ def test_calibrated_plan_meets_any_target_in_range(tmp_path_factory, seed, frac,
     s = Stratigraphic(residual=8, sinks=2, group=8, length=T, window=window, quantised_window=False, top_bits=16)
     sens = uniform_sensitivity(ModelSpec.of(MODEL), s.family, window)
     sens.cost = torch.rand(sens.cost.shape, generator=g).cumsum(-1) # each head its own costs; fewer bits cost more
-    sens.residual = s.residual # measured as the plan reads: fp16 newest rows beside the sinks
+    sens.residual = s.settings.residual # measured as the plan reads: fp16 newest rows beside the sinks
     sens.source = f'random costs, seed {seed}'
     if window: sens.evict = 2 * torch.rand(sens.evict.shape, generator=g) * sens.cost[..., -1].sum(-1) # either side
     sens.save(path := tmp_path_factory.mktemp('calibration')/'random.json')
     _, nbytes = s.head_choices(sens, 32)
     lo, hi = (T * 4 * 32 / x.mean().item() for x in (nbytes.max(1).values, nbytes.min(1).values))
-    s.ratio, s.calibration = lo + frac * (hi - lo), str(path)
+    s = replace(s.resolved(), ratio=lo + frac * (hi - lo), calibration=str(path))
     cache, _ = _run(s, T, 16, seed)
     assert cache.derived.source == sens.source # planned from these costs
     assert cache.fp16_nbytes() / cache.nbytes() >= s.ratio
