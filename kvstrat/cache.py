@@ -11,7 +11,6 @@ from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
-from fastcore.basics import patch
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 from .adapter import (ModelSpec, check_attention_kwargs, describe, exact_layer, exact_length, forward_cache,
@@ -95,214 +94,193 @@ class CompressedLayer(CacheLayerMixin):
         self.forget_unseen() # a step that did not plan
         return read.out
 
-# %% ../nbs/07_cache.ipynb #1aed9900
-@patch
-def window_mask(self:CompressedLayer) -> int|None:
-    "The layer's window, if the chunk just written needs it in its mask: some of its queries cannot see every row."
-    # the layer holds no row before `horizon`, and the chunk's last query sees the rows from `seen - window` on
-    return self.window if self.window is not None and self.store.seen - self.store.horizon > self.window else None
+    def window_mask(self) -> int|None:
+        "The layer's window, if the chunk just written needs it in its mask: some of its queries cannot see every row."
+        # the layer holds no row before `horizon`, and the chunk's last query sees the rows from `seen - window` on
+        return self.window if self.window is not None and self.store.seen - self.store.horizon > self.window else None
 
-@patch
-def forget_unseen(self:CompressedLayer, view:LayerView|None=None, # the rows the strategy is deciding on
-                 ) -> LayerView|None: # `view`, of the rows still held
-    "A sliding layer forgets the rows no later query sees (unless it records the past for `crop`)."
-    if self.window is None or self.record_past: return view
-    horizon = self.store.seen - self.window + 1
-    self.store.forget_before(horizon)
-    return None if view is None else view.only(view.pos >= horizon)
+    def forget_unseen(self, view:LayerView|None=None, # the rows the strategy is deciding on
+                     ) -> LayerView|None: # `view`, of the rows still held
+        "A sliding layer forgets the rows no later query sees (unless it records the past for `crop`)."
+        if self.window is None or self.record_past: return view
+        horizon = self.store.seen - self.window + 1
+        self.store.forget_before(horizon)
+        return None if view is None else view.only(view.pos >= horizon)
+
+    def reads_tiers(self, padding:torch.Tensor|None, queries:int=1,
+                    want:bool|None=None, # the read returns every head's probabilities; None: as `Needs` asks
+                    window:int|None=None) -> bool: # a sliding window the chunk's mask needs (`window_mask`)
+        "May attention read the tiers in place? Heads of unequal rows may, unless the read must return probabilities."
+        # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
+        # queries over 2k tokens would be about 75 MB per layer. The tiers' reads mask future rows alone: a chunk whose
+        # window hides some rows from some of its queries attends densely too.
+        want = self.needs.attention if want is None else want
+        return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None and window is None
+                and not self.needs.keys and (not want or equal_heads(self.store)))
+
+    def reads_with_triton(self, query, padding, softcap:float|None=None, want:bool|None=None,
+                          window:int|None=None) -> bool:
+        "On CUDA, with Triton, attention reads every tier from its codes, probabilities too, where `reads_tiers` may."
+        if not (query.is_cuda and self.reads_tiers(padding, query.shape[2], want, window) and softcap is None
+                and self.state is None):
+            return False
+        from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
+        return triton_available()
+
+    def read(self, query, qpos, padding, scaling, softcap:float|None=None,
+             window:int|None=None) -> LayerRead: # a sliding window the chunk's mask needs (`window_mask`)
+        "Attention over the stored tokens, through the fastest read that may, and what the strategy observes of it."
+        if softcap is not None and self.state is not None:
+            raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
+        st, q, newest, summed = self.store, query.shape[2], self.needs.newest_queries, self.needs.summed
+        # (B*H_kv,) the heads whose attention the strategy observes; None: all
+        mine = None if self.observed_heads is None else self.observed_heads.to(query.device).repeat(st.B)
+        want = self.needs.attention and (mine is None or bool(mine.any())) # the strategy observes some head's attention
+        out = probs = keys = attention = None
+        observes_some = want and mine is not None and self.needs.ordered and self.state is None
+        if observes_some and self.reads_tiers(padding, q, False, window):
+            # the view is tier 0 alone: the kernels hand back its rows' attention with the output, in one read
+            if softcap is None and (fused := fused_read(query, st, qpos, scaling, observe=mine)) is not None:
+                return LayerRead(fused[0], select_observed(fused[1][:, :, None], None, newest, summed)[..., 0])
+            if (top := top_tier_attention(query, st, qpos, scaling, mine.nonzero().flatten(), softcap)) is not None:
+                # (B*H_kv, n, T0): theirs apart, then the layer, unobserved
+                attention, want = self.rows_attention(select_observed(top, None, newest, summed)), False
+        if self.reads_with_triton(query, padding, softcap, want, window):
+            from kvstrat.triton_attention import triton_read
+            out, probs = triton_read(query, st, qpos, scaling, want)
+        elif self.reads_tiers(padding, q, want, window):
+            # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by log-sum-exp)
+            fused = None if want or softcap is not None else fused_read(query, st, qpos, scaling,
+                                                                         self.state is not None)
+            if fused is not None:
+                out = fused if self.state is None else self.state.read_beside(*fused, query, qpos, scaling)
+            elif self.state is None: out, probs = tiered_read(query, st, qpos, scaling, want, softcap)
+        if out is None: # a prefill chunk, padding, a window's mask, a state beside the tiers: a dense copy
+            out, probs, keys = dense_read(query, st, qpos, padding, scaling, want, self.state, softcap, newest, summed,
+                                          window)
+        elif probs is not None: probs = select_observed(probs, None, newest, summed)
+        if probs is not None: # (B*H_kv, n, T) per slot
+            attention = self.rows_attention(probs if mine is None else probs.masked_fill(~mine[:, None, None], 0.0))
+        return LayerRead(out, attention, keys)
+
+    def view(self, queries:int=1, # queries in this step
+            ) -> LayerView:
+        "The rows of the movable tiers, tier 0 first, as the strategy sees them."
+        st = self.store
+        tiers = st.movable()
+        cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs)
+        tier = cat([torch.full((t.n,), i, dtype=torch.long, device=st.device) for i, t in enumerate(tiers)])
+        score = cat([t.score for t in tiers]) if self.needs.scores else None
+        return LayerView(self.layer_idx, self.spec.n_layers, st.B, st.H, st.seen, tier, cat([t.heads() for t in tiers]),
+                         cat([t.pos.long() for t in tiers]), score, len(st.tiers), derived=self.derived,
+                         queries=queries, window=self.window)
+
+    def rows_attention(self, probs:torch.Tensor, # (B*H_kv, n, T) a read's attention, per slot
+                      ) -> torch.Tensor: # (N, n) per row of the view, in its order
+        "The attention each row of `view()` got, from a read's attention per slot (the store's `slot_index`)."
+        return torch.cat([probs[h, :, s] for h, s in self.store.slot_index(len(self.store.movable()))])
+
+    def observe(self, view:LayerView, read:LayerRead): # the step's read
+        "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
+        movable = self.store.movable() # the view's tiers
+        if self.needs.keys:
+            view.keys = torch.cat([read.keys.flatten(0, 1)[h, slot] for h, slot in self.store.slot_index(len(movable))])
+        if read.attention is None or (score := self.strategy.observe(view, read.attention)) is None: return
+        view.score = score
+        if self.needs.scores:
+            for t, part in zip(movable, score.split([t.n for t in movable])): t.score = part.clone()
+
+    @torch.no_grad()
+    def free_padding(self, padding:torch.Tensor): # (B, seen) bool, False at padding tokens
+        "Padding tokens are never attended: their rows leave the store as they arrive, counted per sequence."
+        st, view = self.store, self.view()
+        is_pad = ~padding[view.head // st.H, view.pos]
+        st.padding_evicted += torch.bincount(view.head[is_pad], minlength=st.B * st.H).view(st.B, st.H)[:, 0]
+        st.move(torch.where(is_pad, view.evicted, view.tier), padding=is_pad)
+
+    def sequences(self, view:LayerView) -> list[tuple[torch.Tensor|slice, LayerView]]:
+        "`(rows, view of them)` to decide on: the whole view, or each sequence's, counted from its first real token."
+        lead = self.store.padding_evicted # (B,) each sequence's leading padding, freed
+        if not lead.any(): return [(slice(None), view)]
+        H, out = view.n_kv_heads, []
+        for b, n in enumerate(lead.tolist()):
+            rows = view.head // H == b
+            out.append((rows, view.only(rows, batch=1, seen=view.seen - n, head=view.head[rows] - b * H,
+                                        pos=view.pos[rows] - n)))
+        return out
+
+    def assigned(self, view:LayerView) -> torch.Tensor: # (N,)
+        "Where the strategy sends each row of `view` (never up, if it sinks one way)."
+        target = self.strategy.assign(view)
+        if target is None: return view.tier
+        return torch.maximum(target, view.tier) if self.needs.one_way else target
+
+    @torch.no_grad()
+    def place(self, read:LayerRead, # the step's read (`observe`)
+              queries:int=1): # queries in this step
+        "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
+        view = self.view(queries)
+        self.observe(view, read)
+        view = self.forget_unseen(view) # a sliding layer: what its window still holds
+        target, quiet, most = view.tier.clone(), [], None
+        for b, (rows, seq) in enumerate(self.sequences(view)):
+            if not len(seq.pos): continue # a sequence that is all padding so far
+            target[rows] = sent = self.assigned(seq)
+            quiet.append(self.strategy.quiet_steps(seq, sent))
+            if (m := self.strategy.most_below(seq, sent)) is None: continue
+            if most is None: most = torch.full((view.batch * view.n_kv_heads,), view.seen, device=m.device) # no limit
+            most[b * len(m):(b + 1) * len(m)] = m
+        self.quiet_until = view.seen + min(quiet, default=0)
+        if torch.equal(target, view.tier): return # most decode steps: every row stays where it is
+        try: self.store.move(target)
+        except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
+        if most is not None: self.store.keep_newest_below(most)
+
+    def gather_batches(self, batch_idx:torch.Tensor):
+        if not self.is_initialized: return
+        self.store.gather_batches(batch_idx)
+        if self.state is not None: self.state.gather_batches(batch_idx)
+        self.quiet_until = -1 # other batch rows: plan again
+
+    def reorder_cache(self, beam_idx): self.gather_batches(beam_idx)
+
+    def batch_repeat_interleave(self, repeats:int):
+        if self.is_initialized:
+            self.gather_batches(torch.arange(self.store.B, device=self.store.device).repeat_interleave(repeats))
+
+    def batch_select_indices(self, indices): self.gather_batches(torch.as_tensor(indices))
+
+    def crop(self, tokens_to_remove:int):
+        "Forget the last `-tokens_to_remove` tokens (transformers' convention: a negative count)."
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of tokens to remove, as DynamicLayer does")
+        if tokens_to_remove == 0 or not self.is_initialized: return
+        length = max(self.store.seen + tokens_to_remove, 0)
+        if self.state is not None and length <= self.state.newest:
+            raise ValueError(f"cannot crop to {length} tokens: tokens up to position {self.state.newest} are folded "
+                             "into a fixed-size state and cannot be taken out again")
+        if self.window is not None and max(length - self.window + 1, 0) < self.store.horizon:
+            raise ValueError(f"cannot crop layer {self.layer_idx} to {length} tokens: its sliding window forgot the "
+                             f"tokens before position {self.store.horizon}, which the next one would see (call "
+                             "`cache.activate_past_recording()` before the tokens you may crop, as transformers asks)")
+        self.store.crop(length)
+        if self.window is not None: self.store.forget_before(length - self.window + 1) # what the next token cannot see
+        self.quiet_until = -1
+
+    def reset(self): self.is_initialized, self.store, self.state = False, None, None
+
+    def nbytes(self) -> int:
+        if not self.is_initialized: return 0
+        return self.store.nbytes() + (0 if self.state is None else self.state.nbytes())
+
+    def kept(self) -> torch.Tensor: return self.store.kept() # (B, H_kv) tokens each head holds
 
 # %% ../nbs/07_cache.ipynb #fa65a675
-@patch
-def reads_tiers(self:CompressedLayer, padding:torch.Tensor|None, queries:int=1,
-                want:bool|None=None, # the read returns every head's probabilities; None: as `Needs` asks
-                window:int|None=None) -> bool: # a sliding window the chunk's mask needs (`window_mask`)
-    "May attention read the tiers in place? Heads of unequal rows may, unless the read must return probabilities."
-    # Longer chunks (a prefill) attend densely: sdpa never holds their (queries × tokens) scores, which at 1,024
-    # queries over 2k tokens would be about 75 MB per layer. The tiers' reads mask future rows alone: a chunk whose
-    # window hides some rows from some of its queries attends densely too.
-    want = self.needs.attention if want is None else want
-    return (self.tiered and queries <= TIERED_MAX_QUERIES and padding is None and window is None
-            and not self.needs.keys and (not want or equal_heads(self.store)))
-
-@patch
-def reads_with_triton(self:CompressedLayer, query, padding, softcap:float|None=None, want:bool|None=None,
-                      window:int|None=None) -> bool:
-    "On CUDA, with Triton, attention reads every tier from its codes, probabilities too, wherever `reads_tiers` may."
-    if not (query.is_cuda and self.reads_tiers(padding, query.shape[2], want, window) and softcap is None
-            and self.state is None):
-        return False
-    from kvstrat.triton_attention import triton_available # imports triton: only where it can run compiled
-    return triton_available()
-
 class LayerRead(NamedTuple):
     "A read of a layer: attention's output, what the strategy observes of it per row, and the keys a dense read took."
     out: torch.Tensor # (B, q, H_q, D)
     attention: torch.Tensor|None = None # (N, n): each row of `view()`, from the n queries `select_observed` keeps
     keys: torch.Tensor|None = None # (B, H_kv, T, D): a dense read's keys, for a strategy that scores keys
-
-@patch
-def read(self:CompressedLayer, query, qpos, padding, scaling, softcap:float|None=None,
-         window:int|None=None) -> LayerRead: # a sliding window the chunk's mask needs (`window_mask`)
-    "Attention over the stored tokens, through the fastest read that may, and what the strategy observes of it."
-    if softcap is not None and self.state is not None:
-        raise NotImplementedError(f"{self.strategy.name}: its fixed-size state does not soft-cap attention logits")
-    st, q, newest, summed = self.store, query.shape[2], self.needs.newest_queries, self.needs.summed
-    # (B*H_kv,) the heads whose attention the strategy observes; None: all
-    mine = None if self.observed_heads is None else self.observed_heads.to(query.device).repeat(st.B)
-    want = self.needs.attention and (mine is None or bool(mine.any())) # the strategy observes some head's attention
-    out = probs = keys = attention = None
-    if want and mine is not None and self.needs.ordered and self.state is None and self.reads_tiers(padding, q, False,
-                                                                                                    window):
-        # the view is tier 0 alone: the kernels hand back its rows' attention with the output, in one read
-        if softcap is None and (fused := fused_read(query, st, qpos, scaling, observe=mine)) is not None:
-            return LayerRead(fused[0], select_observed(fused[1][:, :, None], None, newest, summed)[..., 0])
-        if (top := top_tier_attention(query, st, qpos, scaling, mine.nonzero().flatten(), softcap)) is not None:
-            attention = self.rows_attention(select_observed(top, None, newest, summed)) # (B*H_kv, n, T0): theirs apart,
-            want = False # then the layer, unobserved
-    if self.reads_with_triton(query, padding, softcap, want, window):
-        from kvstrat.triton_attention import triton_read
-        out, probs = triton_read(query, st, qpos, scaling, want)
-    elif self.reads_tiers(padding, q, want, window):
-        # the CPU kernels read the whole layer in one call; heads with a state mix theirs with it (by its log-sum-exp)
-        fused = None if want or softcap is not None else fused_read(query, st, qpos, scaling, self.state is not None)
-        if fused is not None:
-            out = fused if self.state is None else self.state.read_beside(*fused, query, qpos, scaling)
-        elif self.state is None: out, probs = tiered_read(query, st, qpos, scaling, want, softcap)
-    if out is None: # a prefill chunk, padding, a window's mask, a state beside the tiers: a dense copy
-        out, probs, keys = dense_read(query, st, qpos, padding, scaling, want, self.state, softcap, newest, summed,
-                                      window)
-    elif probs is not None: probs = select_observed(probs, None, newest, summed)
-    if probs is not None: # (B*H_kv, n, T) per slot
-        attention = self.rows_attention(probs if mine is None else probs.masked_fill(~mine[:, None, None], 0.0))
-    return LayerRead(out, attention, keys)
-
-# %% ../nbs/07_cache.ipynb #ff8e44c4
-@patch
-def view(self:CompressedLayer, queries:int=1, # queries in this step
-        ) -> LayerView:
-    "The rows of the movable tiers, tier 0 first, as the strategy sees them."
-    st = self.store
-    tiers = st.movable()
-    cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs)
-    tier = cat([torch.full((t.n,), i, dtype=torch.long, device=st.device) for i, t in enumerate(tiers)])
-    score = cat([t.score for t in tiers]) if self.needs.scores else None
-    return LayerView(self.layer_idx, self.spec.n_layers, st.B, st.H, st.seen, tier, cat([t.heads() for t in tiers]),
-                     cat([t.pos.long() for t in tiers]), score, len(st.tiers), derived=self.derived,
-                     queries=queries, window=self.window)
-
-@patch
-def rows_attention(self:CompressedLayer, probs:torch.Tensor, # (B*H_kv, n, T) a read's attention, per slot
-                  ) -> torch.Tensor: # (N, n) per row of the view, in its order
-    "The attention each row of `view()` got, from a read's attention per slot (the store's `slot_index`)."
-    return torch.cat([probs[h, :, s] for h, s in self.store.slot_index(len(self.store.movable()))])
-
-@patch
-def observe(self:CompressedLayer, view:LayerView, read:LayerRead): # the step's read
-    "Hand the strategy the keys and attention of its rows; its scores go into the view (and the store, if kept)."
-    movable = self.store.movable() # the view's tiers
-    if self.needs.keys:
-        view.keys = torch.cat([read.keys.flatten(0, 1)[h, slot] for h, slot in self.store.slot_index(len(movable))])
-    if read.attention is None or (score := self.strategy.observe(view, read.attention)) is None: return
-    view.score = score
-    if self.needs.scores:
-        for t, part in zip(movable, score.split([t.n for t in movable])): t.score = part.clone()
-
-# %% ../nbs/07_cache.ipynb #55a4695b
-@patch
-@torch.no_grad()
-def free_padding(self:CompressedLayer, padding:torch.Tensor): # (B, seen) bool, False at padding tokens
-    "Padding tokens are never attended: their rows leave the store as they arrive, counted per sequence."
-    st, view = self.store, self.view()
-    is_pad = ~padding[view.head // st.H, view.pos]
-    st.padding_evicted += torch.bincount(view.head[is_pad], minlength=st.B * st.H).view(st.B, st.H)[:, 0]
-    st.move(torch.where(is_pad, view.evicted, view.tier), padding=is_pad)
-
-# %% ../nbs/07_cache.ipynb #c7a90011
-@patch
-def sequences(self:CompressedLayer, view:LayerView) -> list[tuple[torch.Tensor|slice, LayerView]]:
-    "`(rows, view of them)` to decide on: the whole view, or each sequence's, counted from its first real token."
-    lead = self.store.padding_evicted # (B,) each sequence's leading padding, freed
-    if not lead.any(): return [(slice(None), view)]
-    H, out = view.n_kv_heads, []
-    for b, n in enumerate(lead.tolist()):
-        rows = view.head // H == b
-        out.append((rows, view.only(rows, batch=1, seen=view.seen - n, head=view.head[rows] - b * H,
-                                    pos=view.pos[rows] - n)))
-    return out
-
-# %% ../nbs/07_cache.ipynb #c7a90012
-@patch
-def assigned(self:CompressedLayer, view:LayerView) -> torch.Tensor: # (N,)
-    "Where the strategy sends each row of `view` (never up, if it sinks one way)."
-    target = self.strategy.assign(view)
-    if target is None: return view.tier
-    return torch.maximum(target, view.tier) if self.needs.one_way else target
-
-@patch
-@torch.no_grad()
-def place(self:CompressedLayer, read:LayerRead, # the step's read (`observe`)
-          queries:int=1): # queries in this step
-    "Let the strategy observe the attention and assign tiers, sequence by sequence; move the rows there."
-    view = self.view(queries)
-    self.observe(view, read)
-    view = self.forget_unseen(view) # a sliding layer: what its window still holds
-    target, quiet, most = view.tier.clone(), [], None
-    for b, (rows, seq) in enumerate(self.sequences(view)):
-        if not len(seq.pos): continue # a sequence that is all padding so far
-        target[rows] = sent = self.assigned(seq)
-        quiet.append(self.strategy.quiet_steps(seq, sent))
-        if (m := self.strategy.most_below(seq, sent)) is None: continue
-        if most is None: most = torch.full((view.batch * view.n_kv_heads,), view.seen, device=m.device) # no limit
-        most[b * len(m):(b + 1) * len(m)] = m
-    self.quiet_until = view.seen + min(quiet, default=0)
-    if torch.equal(target, view.tier): return # most decode steps: every row stays where it is
-    try: self.store.move(target)
-    except ValueError as e: raise ValueError(f"{self.strategy.name}: {e}") from None
-    if most is not None: self.store.keep_newest_below(most)
-
-# %% ../nbs/07_cache.ipynb #ac544f41
-@patch
-def gather_batches(self:CompressedLayer, batch_idx:torch.Tensor):
-    if not self.is_initialized: return
-    self.store.gather_batches(batch_idx)
-    if self.state is not None: self.state.gather_batches(batch_idx)
-    self.quiet_until = -1 # other batch rows: plan again
-
-@patch
-def reorder_cache(self:CompressedLayer, beam_idx): self.gather_batches(beam_idx)
-@patch
-def batch_repeat_interleave(self:CompressedLayer, repeats:int):
-    if self.is_initialized:
-        self.gather_batches(torch.arange(self.store.B, device=self.store.device).repeat_interleave(repeats))
-@patch
-def batch_select_indices(self:CompressedLayer, indices): self.gather_batches(torch.as_tensor(indices))
-
-# %% ../nbs/07_cache.ipynb #422c9e49
-@patch
-def crop(self:CompressedLayer, tokens_to_remove:int):
-    "Forget the last `-tokens_to_remove` tokens (transformers' convention: a negative count)."
-    if tokens_to_remove > 0: raise ValueError("crop takes a negative number of tokens to remove, as DynamicLayer does")
-    if tokens_to_remove == 0 or not self.is_initialized: return
-    length = max(self.store.seen + tokens_to_remove, 0)
-    if self.state is not None and length <= self.state.newest:
-        raise ValueError(f"cannot crop to {length} tokens: tokens up to position {self.state.newest} are folded into "
-                         "a fixed-size state and cannot be taken out again")
-    if self.window is not None and max(length - self.window + 1, 0) < self.store.horizon:
-        raise ValueError(f"cannot crop layer {self.layer_idx} to {length} tokens: its sliding window forgot the tokens "
-                         f"before position {self.store.horizon}, which the next one would see (call "
-                         "`cache.activate_past_recording()` before the tokens you may crop, as transformers asks)")
-    self.store.crop(length)
-    if self.window is not None: self.store.forget_before(length - self.window + 1) # what the next token cannot see
-    self.quiet_until = -1
-
-@patch
-def reset(self:CompressedLayer): self.is_initialized, self.store, self.state = False, None, None
-@patch
-def nbytes(self:CompressedLayer) -> int:
-    if not self.is_initialized: return 0
-    return self.store.nbytes() + (0 if self.state is None else self.state.nbytes())
-@patch
-def kept(self:CompressedLayer) -> torch.Tensor: return self.store.kept() # (B, H_kv) tokens each head holds
 
 # %% ../nbs/07_cache.ipynb #e7a1b2c3
 def check_padding(mask:torch.Tensor, # (B, S) the model's 2-D mask: 0 (False) at padding tokens
@@ -441,37 +419,33 @@ class CompressedCache(Cache):
             if l.state is not None: out['state', type(l.state).__name__] += l.state.nbytes()
         return dict(out)
 
-# %% ../nbs/07_cache.ipynb #1133c00d
-@patch
-def check_model(self:CompressedCache, model):
-    "Refuse a model this cache cannot serve, naming both."
-    if self.attached_to is not None:
-        raise RuntimeError(f"this cache is already attached to {describe(self.attached_to)}")
-    if ModelSpec.of(model) != self.spec:
-        raise ValueError(f"this cache was built for a {self.spec}, but {describe(model)} is a {ModelSpec.of(model)}")
-    if (owner := self.owner and self.owner()) is not None and owner is not model and self.get_seq_length():
-        raise ValueError(f"this cache holds tokens written by {describe(owner)}: {describe(model)} cannot read them "
-                         "(build a new cache for it)")
+    def check_model(self, model):
+        "Refuse a model this cache cannot serve, naming both."
+        if self.attached_to is not None:
+            raise RuntimeError(f"this cache is already attached to {describe(self.attached_to)}")
+        if ModelSpec.of(model) != self.spec:
+            raise ValueError(f"this cache was built for a {self.spec}, but {describe(model)} is a "
+                             f"{ModelSpec.of(model)}")
+        if (owner := self.owner and self.owner()) is not None and owner is not model and self.get_seq_length():
+            raise ValueError(f"this cache holds tokens written by {describe(owner)}: {describe(model)} cannot read "
+                             "them (build a new cache for it)")
 
-@patch
-@contextmanager
-def attached(self:CompressedCache, model):
-    "Scope in which `model`'s forwards through this cache read it; every change to the model is undone after."
-    self.check_model(model)
-    self.attached_to, self.owner = model, weakref.ref(model)
-    alone = self if self.strategy.changes_weights(self.derived) else None
-    try:
-        with serving(model, kvstrat_attention, lambda cache: isinstance(cache, CompressedCache), alone), \
-             self.strategy.adapted(model, self.derived): yield self
-    finally: self.attached_to = None
+    @contextmanager
+    def attached(self, model):
+        "Scope in which `model`'s forwards through this cache read it; every change to the model is undone after."
+        self.check_model(model)
+        self.attached_to, self.owner = model, weakref.ref(model)
+        alone = self if self.strategy.changes_weights(self.derived) else None
+        try:
+            with serving(model, kvstrat_attention, lambda cache: isinstance(cache, CompressedCache), alone), \
+                 self.strategy.adapted(model, self.derived): yield self
+        finally: self.attached_to = None
 
-# %% ../nbs/07_cache.ipynb #f0609db9
-@patch
-def update(self:CompressedCache, key_states, value_states, layer_idx:int, *args, **kwargs):
-    if self.attached_to is None:
-        raise RuntimeError("CompressedCache is not attached: use `with cache.attached(model): ...` so attention "
-                           "reads the compressed tokens")
-    if forward_cache(self.attached_to) is not self:
-        raise RuntimeError(f"this cache is attached to {describe(self.attached_to)}, but {describe(running_model())} "
-                           "ran with it: attach the cache to the model that uses it")
-    return super(CompressedCache, self).update(key_states, value_states, layer_idx, *args, **kwargs)
+    def update(self, key_states, value_states, layer_idx:int, *args, **kwargs):
+        if self.attached_to is None:
+            raise RuntimeError("CompressedCache is not attached: use `with cache.attached(model): ...` so attention "
+                               "reads the compressed tokens")
+        if forward_cache(self.attached_to) is not self:
+            raise RuntimeError(f"this cache is attached to {describe(self.attached_to)}, but "
+                               f"{describe(running_model())} ran with it: attach the cache to the model that uses it")
+        return super(CompressedCache, self).update(key_states, value_states, layer_idx, *args, **kwargs)
