@@ -13,7 +13,8 @@ from .cache import CompressedCache, prefill_cache
 from .policy import Strategy, make_strategy
 
 # %% auto #0
-__all__ = ['decode_nll', 'decode_ppl', 'every_token_compression', 'paired_delta', 'against_full']
+__all__ = ['decode_nll', 'decode_ppl', 'every_token_compression', 'continue_greedily', 'long_generation', 'paired_delta',
+           'against_full']
 
 # %% ../nbs/09_protocol.ipynb #9d9704e7
 @torch.no_grad()
@@ -86,6 +87,42 @@ def every_token_compression(model, ids:torch.Tensor, # (L,) one window's tokens
             out.append(cache.fp16_nbytes() / cache.nbytes())
             if on_context: on_context(n, cache)
     return torch.tensor(out, dtype=torch.float64)
+
+# %% ../nbs/09_protocol.ipynb #42d8b4bf
+@torch.no_grad()
+def continue_greedily(model, prompt:torch.Tensor, # (L,) token ids
+                      strategy:Strategy|str, new_tokens:int,
+                      forced:torch.Tensor|None=None, # (new_tokens,) tokens fed in place of the argmax (teacher forcing)
+                     ) -> tuple[torch.Tensor, torch.Tensor, float]: # argmax at each step, NLL of the token fed, ratio
+    "`new_tokens` decode steps after `prompt`, one token a step through a `strategy` cache, as generation runs."
+    if new_tokens < 1: raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
+    if forced is not None and len(forced) != new_tokens:
+        raise ValueError(f"forced must hold new_tokens = {new_tokens} tokens, got {len(forced)}")
+    dev = next(model.parameters()).device
+    cache, best, nll = CompressedCache(model, make_strategy(strategy)), [], []
+    with cache.attached(model):
+        logits = prefill_cache(model, cache, prompt[None].to(dev), logits_to_keep=1).logits[:, -1] # (1, V)
+        for i in range(new_tokens):
+            best.append(logits.argmax(-1))
+            fed = best[-1] if forced is None else forced[i:i + 1].to(dev)
+            nll.append(F.cross_entropy(logits.float(), fed))
+            if i + 1 < new_tokens: logits = model(fed[:, None], cache=cache, use_cache=True).logits[:, -1]
+    return torch.cat(best).cpu(), torch.stack(nll).cpu(), cache.fp16_nbytes() / cache.nbytes()
+
+# %% ../nbs/09_protocol.ipynb #7b48d29e
+def long_generation(model, prompt:torch.Tensor, # (L,) token ids
+                    strategy:Strategy|str, new_tokens:int=1024,
+                    reference:tuple|None=None, # FullKV's `continue_greedily(...)[:2]`, to reuse; None: computed
+                   ) -> dict:
+    "A greedy continuation through `strategy` against FullKV's: tokens until they part, argmax match, ΔNLL."
+    ref_tokens, ref_nll = reference or continue_greedily(model, prompt, 'full', new_tokens)[:2]
+    tokens, _, ratio = continue_greedily(model, prompt, strategy, new_tokens)
+    argmax, nll, _ = continue_greedily(model, prompt, strategy, new_tokens, forced=ref_tokens)
+    parted = (tokens != ref_tokens).nonzero()
+    return dict(strategy=make_strategy(strategy).label, new_tokens=new_tokens, compression=ratio,
+                same_until=int(parted[0]) if len(parted) else new_tokens, # FullKV's tokens, generated the same
+                match=(argmax == ref_tokens).float().mean().item(), # teacher-forced: its argmax is FullKV's token
+                delta_nll=(nll.mean() - ref_nll.mean()).item()) # FullKV's tokens, against FullKV's own NLL
 
 # %% ../nbs/09_protocol.ipynb #42e26b20
 def paired_delta(nll, # (W,) each window's mean NLL under a strategy

@@ -31,11 +31,12 @@ from .streaming import *
 # %% auto #0
 __all__ = ['BY_RATIO', 'RANKED_RECENT', 'RANKED_DROP', 'PrecisionPlan', 'quantised_tier', 'uniform_sensitivity',
            'entropy_sensitivity', 'ByRatio', 'ZoneSettings', 'zone_settings', 'Stratigraphic', 'layer_budgets',
-           'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
-           'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs', 'LayerView',
-           'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full', 'Int8', 'Int4',
-           'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming', 'Hybrid',
-           'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity', 'allocate']
+           'plot_plan', 'plan_part', 'load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model',
+           'ModelSpec', 'CompressedCache', 'prefill_cache', 'make_strategy', 'STRATEGIES', 'Strategy', 'Needs',
+           'LayerView', 'TierSpec', 'register', 'decode_ppl', 'decode_nll', 'paired_delta', 'against_full', 'Full',
+           'Int8', 'Int4', 'Kivi', 'StreamingLLM', 'SnapKV', 'H2O', 'KeyNorm', 'Zoned', 'Adaptive', 'Streaming',
+           'Hybrid', 'FORMAT_BITS', 'FormatFamily', 'Sensitivity', 'measure_sensitivity', 'load_sensitivity',
+           'allocate']
 
 # %% ../nbs/11_stratigraphic.ipynb #db37a4cf
 _all_ = ['load_model', 'load_text', 'tokenize', 'eval_windows', 'pick_device', 'tiny_model', 'ModelSpec',
@@ -55,6 +56,8 @@ class PrecisionPlan:
     source: str # what calibration it came from
     windowed: torch.Tensor|None = None # (n_layers, n_kv_heads) bool: heads that sink into their tier and keep only
                                        # their sinks and newest `window` tokens (`quantised_window`); None: none
+    head_bytes: torch.Tensor|None = None # (n_layers, n_kv_heads) bytes each head holds at `length`, as the plan priced
+                                         # them (0: a head it leaves out); None: not priced (`plan_part`)
 
     @property
     def widths(self) -> torch.Tensor: # (n_layers, n_kv_heads, 2) bits of each head's keys, values (0: evicts; 16: fp16)
@@ -426,8 +429,10 @@ def prepare(self:Stratigraphic, spec:ModelSpec,
     evicted = 1 + len(FORMAT_BITS) ** 2 # the heads the plan leaves out have no tier (only hybrid's streaming heads)
     tier = torch.full((len(planned_heads),), evicted).masked_scatter(planned_heads, self.choice_tiers()[choice])
     windowed = torch.zeros_like(planned_heads).masked_scatter(planned_heads, choice > len(self.bit_widths()) ** 2)
-    return PrecisionPlan(tier.view(spec.n_layers, spec.n_kv_heads), planned, sens.source,
-                         windowed.view(spec.n_layers, spec.n_kv_heads) if self.windowed_choices else None)
+    head_bytes = torch.zeros(len(planned_heads)).masked_scatter(planned_heads, nbytes.gather(1, choice[:, None])[:, 0])
+    shape = spec.n_layers, spec.n_kv_heads
+    return PrecisionPlan(tier.view(shape), planned, sens.source,
+                         windowed.view(shape) if self.windowed_choices else None, head_bytes.view(shape))
 
 # %% ../nbs/11_stratigraphic.ipynb #6a1c0008
 @patch
@@ -492,6 +497,29 @@ def most_below(self:Stratigraphic, view:LayerView, target:torch.Tensor) -> torch
     # the fused read takes whole groups only
     keep = ((self.settings.window - held).clamp(min=0) + group - 1) // group * group
     return torch.where(mine, keep, view.seen)
+
+# %% ../nbs/11_stratigraphic.ipynb #ec3d13a0
+def plot_plan(plan:PrecisionPlan, title:str='', path=None): # path: where to save it (PNG), or None
+    "Layer × KV head heatmaps of a plan: key widths, value widths (0: evicts; `w`: a quantised window), KB held."
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure # its own canvas: pyplot untouched
+    L, H = plan.tier.shape
+    windowed = plan.windowed if plan.windowed is not None else torch.zeros(L, H, dtype=torch.bool)
+    panels = [(plan.widths[..., 0], 'key bits'), (plan.widths[..., 1], 'value bits')]
+    if plan.head_bytes is not None: panels.append((plan.head_bytes / 1024, 'KB held at length'))
+    fig = Figure(figsize=(1.2 + 1.1 * H * len(panels), 1.0 + 0.22 * L)); FigureCanvasAgg(fig)
+    for ax, (values, name) in zip(fig.subplots(1, len(panels), sharey=True), panels):
+        ax.imshow(values.float().numpy(), aspect='auto', cmap='viridis')
+        for l in range(L):
+            for h in range(H):
+                v = values[l, h].item()
+                text = f'{v:.0f}' if name.startswith('KB') else f'{int(v)}' + ('w' if windowed[l, h] else '')
+                ax.text(h, l, text, ha='center', va='center', fontsize=7, color='white')
+        ax.set(title=name, xlabel='KV head', xticks=range(H))
+    fig.axes[0].set_ylabel('layer')
+    if title: fig.suptitle(title, fontsize=9)
+    if path is not None: fig.savefig(path, dpi=120, bbox_inches='tight')
+    return fig
 
 # %% ../nbs/11_stratigraphic.ipynb #9c4d2e02
 def plan_part(plan:PrecisionPlan,
