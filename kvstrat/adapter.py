@@ -20,10 +20,11 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 
 # %% auto #0
 __all__ = ['SUPPORTED_MODEL_TYPES', 'EVERY_LAYER_SLIDES', 'SCOPE_PREFIX', 'SERVING', 'SERVING_LOCK', 'NEUTRAL_KWARGS',
-           'LORA_TARGETS', 'FUSED_LORA_TARGETS', 'ModelSpec', 'tokens_held', 'padding_mask_only', 'attention_scope',
-           'describe', 'running_model', 'model_attention', 'Serving', 'forward_cache', 'note_forwards', 'dispatching',
-           'serving', 'unserve', 'check_attention_kwargs', 'exact_layer', 'exact_length', 'sdpa', 'softcap_eager',
-           'lora_targets', 'batch_repeated', 'PassThrough', 'running_from']
+           'LORA_TARGETS', 'FUSED_LORA_TARGETS', 'ModelSpec', 'tokens_held', 'padding_mask_only', 'install_attention',
+           'uninstall_attention', 'attention_scope', 'describe', 'running_model', 'model_attention', 'Serving',
+           'forward_cache', 'note_forwards', 'dispatching', 'serving', 'unserve', 'check_attention_kwargs',
+           'exact_layer', 'exact_length', 'sdpa', 'softcap_eager', 'lora_targets', 'batch_repeated', 'PassThrough',
+           'running_from']
 
 # %% ../nbs/01_adapter.ipynb #3c6b1032
 SUPPORTED_MODEL_TYPES = ('llama', 'mistral', 'qwen2', 'qwen3', 'smollm3', 'olmo2', 'gemma2', 'gemma3', 'gemma3_text',
@@ -82,25 +83,32 @@ def padding_mask_only(*args, attention_mask=None, allow_is_causal_skip:bool=True
                                   "cache reads cannot apply it")
     return attention_mask
 
+# %% ../nbs/01_adapter.ipynb #c5a02e9c
+def install_attention(model, name:str, # the private name both are registered under
+                      attention, mask) -> str: # attention(module, query, key, value, mask, **kw); the mask hook
+    "Register `attention` and `mask` under `name` and point `model` at them; the implementation it had, to restore."
+    if str(previous := model.config._attn_implementation).startswith(SCOPE_PREFIX):
+        raise RuntimeError(f"{describe(model)} already computes attention through {previous!r} (a kvstrat cache or "
+                           "override is attached): leave that scope before entering another")
+    AttentionInterface.register(name, attention); AttentionMaskInterface.register(name, mask)
+    model.config._attn_implementation = name
+    return previous
+
+def uninstall_attention(model, previous:str): # what `install_attention` returned
+    "Point `model` back at `previous` and drop the registrations `install_attention` made."
+    name, model.config._attn_implementation = model.config._attn_implementation, previous
+    AttentionInterface._global_mapping.pop(name, None); AttentionMaskInterface._global_mapping.pop(name, None)
+
 # %% ../nbs/01_adapter.ipynb #1b43ee62
 @contextmanager
 def attention_scope(model, attend, # replaces the model's attention: attend(module, query, key, value, mask, **kw)
                     name:str): # the private name it is registered under while the scope lasts
     "Scope in which `model` computes attention with `attend`; registration and setting are undone after."
-    config, previous = model.config, model.config._attn_implementation
-    if str(previous).startswith(SCOPE_PREFIX):
-        raise RuntimeError(f"{describe(model)} already computes attention through {previous!r} (a kvstrat cache or "
-                           "override is attached): leave that scope before entering another")
-    AttentionInterface.register(name, attend)
     # The mask hook hands the 2-D padding mask through untouched: the attention function builds its own mask from
     # the positions of the tokens it reads.
-    AttentionMaskInterface.register(name, padding_mask_only)
-    config._attn_implementation = name
+    previous = install_attention(model, name, attend, padding_mask_only)
     try: yield model
-    finally:
-        config._attn_implementation = previous
-        AttentionInterface._global_mapping.pop(name, None)
-        AttentionMaskInterface._global_mapping.pop(name, None)
+    finally: uninstall_attention(model, previous)
 
 # %% ../nbs/01_adapter.ipynb #32022642
 def describe(model) -> str:
@@ -179,14 +187,9 @@ def serving(model, attend, # attend(cache, module, query, key, value, mask, **kw
     "Scope in which each forward of `model` attends through its own cache; the last scope to end undoes every change."
     with SERVING_LOCK:
         if (state := SERVING.get(id(model))) is None:
-            if str(previous := model.config._attn_implementation).startswith(SCOPE_PREFIX):
-                raise RuntimeError(f"{describe(model)} already computes attention through {previous!r} (a kvstrat "
-                                   "override is in scope): leave that scope first")
-            state = SERVING[id(model)] = Serving(model, previous)
-            name = f'{SCOPE_PREFIX}served-{id(model):x}'
-            attention, mask = dispatching(state, attend)
-            AttentionInterface.register(name, attention); AttentionMaskInterface.register(name, mask)
-            model.config._attn_implementation, state.hooks = name, note_forwards(state, reads)
+            state = Serving(model, model.config._attn_implementation) # `dispatching` reads what it had
+            install_attention(model, f'{SCOPE_PREFIX}served-{id(model):x}', *dispatching(state, attend))
+            SERVING[id(model)], state.hooks = state, note_forwards(state, reads)
         if state.alone is not None or (alone is not None and state.users):
             raise RuntimeError(f"{describe(model)} cannot serve a cache whose strategy changes its weights beside "
                                "another attached cache: attach one at a time")
@@ -202,9 +205,7 @@ def serving(model, attend, # attend(cache, module, query, key, value, mask, **kw
 def unserve(state:Serving):
     "Undo every change `serving` made to `state.model`: hooks, registrations and its attention setting."
     for h in state.hooks: h.remove()
-    name = state.model.config._attn_implementation
-    state.model.config._attn_implementation = state.previous
-    AttentionInterface._global_mapping.pop(name, None); AttentionMaskInterface._global_mapping.pop(name, None)
+    uninstall_attention(state.model, state.previous)
     del SERVING[id(state.model)]
 
 # %% ../nbs/01_adapter.ipynb #a71c0e04

@@ -12,9 +12,9 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SECTIONS', 'RUN_IMAGES', 'NO_RUNS', 'ABLATIONS', 'nbs_path', 'pages', 'sidebar', 'front_matter', 'expand_includes',
            'page_title', 'sidebar_yml', 'write_sidebar', 'pages_markdown', 'md_cell', 'md_table', 'strategies_markdown',
-           'changed_at', 'bench_runs', 'read_rows', 'every_context', 'repo_path', 'run_summary', 'results_markdown',
-           'results_parts', 'image_output', 'show', 'show_results', 'headline_markdown', 'headline_parts',
-           'show_headline', 'ablation_markdown', 'result_files', 'result_parts', 'ablation_parts',
+           'changed_at', 'bench_runs', 'read_rows', 'every_context', 'repo_path', 'posix_from', 'run_summary',
+           'results_markdown', 'results_parts', 'image_output', 'show', 'show_results', 'headline_markdown',
+           'headline_parts', 'show_headline', 'ablation_markdown', 'result_files', 'result_parts', 'ablation_parts',
            'other_results_parts', 'show_ablation', 'show_other_results']
 
 # %% ../nbs/18_docs.ipynb #2a92b9cd
@@ -175,7 +175,11 @@ def every_context(name:str, root=None) -> dict:
 # %% ../nbs/18_docs.ipynb #adbdc765
 def repo_path(p, nbs=None) -> str:
     "`p` relative to the repository root (the folder holding `nbs`), POSIX style; `p` itself when outside it."
-    p, root = Path(p).resolve(), Path(nbs or nbs_path()).resolve().parent
+    return posix_from(p, Path(nbs or nbs_path()).resolve().parent)
+
+def posix_from(p, root) -> str:
+    "`p` relative to `root`, POSIX style; its absolute POSIX path when outside it."
+    p, root = Path(p).resolve(), Path(root).resolve()
     return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.as_posix()
 
 # %% ../nbs/18_docs.ipynb #4c77255c
@@ -260,8 +264,7 @@ def headline_markdown(run, nbs=None) -> str:
 
 def _nbs_link(p, nbs=None) -> str:
     "`p` as a link from a page in `nbs`: relative to it where `p` is inside it, else its absolute POSIX path."
-    p, nbs = Path(p).resolve(), Path(nbs or nbs_path()).resolve()
-    return p.relative_to(nbs).as_posix() if p.is_relative_to(nbs) else p.as_posix()
+    return posix_from(p, nbs or nbs_path())
 
 # %% ../nbs/18_docs.ipynb #a2e37b21
 def headline_parts(run=None, root=None, nbs=None) -> list:

@@ -134,7 +134,8 @@ class Strategy:
 @patch(as_prop=True)
 def label(self:Strategy) -> str:
     "`name:key=value,...` with every parameter, resolved: parsed back by `make_strategy`."
-    args = ','.join(f'{f.name}={getattr(self.resolved(), f.name)}' for f in fields(self))
+    resolved = self.resolved()
+    args = ','.join(f'{f.name}={getattr(resolved, f.name)}' for f in fields(resolved))
     return f'{self.name}:{args}' if args else self.name
 
 # %% ../nbs/06_policy.ipynb #b9182e0c

@@ -105,7 +105,7 @@ def continue_greedily(model, prompt:torch.Tensor, # (L,) token ids
         for i in range(new_tokens):
             best.append(logits.argmax(-1))
             fed = best[-1] if forced is None else forced[i:i + 1].to(dev)
-            nll.append(F.cross_entropy(logits.float(), fed))
+            nll.append(_token_nll(logits[:, None], fed[:, None])[0, 0])
             if i + 1 < new_tokens: logits = model(fed[:, None], cache=cache, use_cache=True).logits[:, -1]
     return torch.cat(best).cpu(), torch.stack(nll).cpu(), cache.fp16_nbytes() / cache.nbytes()
 

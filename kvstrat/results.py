@@ -23,7 +23,8 @@ PROTOCOLS = ('ppl', 'passkey', 'speed', 'bytes')
 
 # %% ../nbs/14_results.ipynb #0a2977b7
 def strategy_params(strategy:Strategy) -> dict: # what a row records: every parameter, resolved
-    return {f.name: getattr(strategy.resolved(), f.name) for f in fields(strategy)}
+    resolved = strategy.resolved()
+    return {f.name: getattr(resolved, f.name) for f in fields(resolved)}
 
 # %% ../nbs/14_results.ipynb #c6828bf7
 def recorded_param(f:Field, # a parameter of the row's strategy

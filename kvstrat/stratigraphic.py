@@ -181,7 +181,8 @@ class Stratigraphic(Strategy):
     def resolved(self) -> Stratigraphic: return replace(self, **asdict(self.settings)) # what a row records
     def __eq__(self, other): # equal configurations build the same cache: settings left to the ratio as it resolves them
         if type(other) is not type(self): return NotImplemented
-        return all(getattr(self.resolved(), f.name) == getattr(other.resolved(), f.name) for f in fields(self))
+        mine, theirs = self.resolved(), other.resolved()
+        return all(getattr(mine, f.name) == getattr(theirs, f.name) for f in fields(self))
 
     def needs(self): return Needs(ordered=True, attention=self.ranks_rows, summed=True, scores=self.ranks_rows)
     @property
