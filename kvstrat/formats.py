@@ -10,7 +10,8 @@ import functools
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
-from .quant import quantize, unpack_bits, hadamard, scale_values, SCALE_BITS
+from .quant import (quantize, pack_bits, unpack_bits, hadamard, scale_values, SCALE_BITS, codebook_quantize,
+                           codebook_dequantize)
 from . import kernels
 
 # %% auto #0
@@ -32,6 +33,7 @@ class TierSpec:
     rank: int|None = None # a low-rank tier: each row as `rank` fp16 coefficients on its head's frozen basis
     scale_bits: int = 16 # 16: fp16 scales; 8: 8-bit log2 codes, rounded up (`kvstrat.quant.log_scale_encode`)
     value_bits: int|None = None # values' bit width in an integer tier, when not the keys'; None: `bits`
+    value_codebook: bool = False # values as one scale a row times `gaussian_codebook` codes (rotated: needs rotate)
 
     def __post_init__(self):
         if self.bits not in (None, 8, 4, 3, 2): raise ValueError(f"unsupported bit width {self.bits}: use 8, 4, 3 or 2")
@@ -49,7 +51,11 @@ class TierSpec:
             if self.value_bits not in (8, 4, 3, 2):
                 raise ValueError(f"unsupported value bit width {self.value_bits}: use 8, 4, 3 or 2")
             if self.value_bits == self.bits: object.__setattr__(self, 'value_bits', None) # one format, one spelling
+        if self.value_codebook and (self.bits is None or not self.rotate):
+            raise ValueError("value_codebook fits rotated values (their channels mixed to a near-normal spread): it "
+                             f"needs an integer tier with rotate=True, got bits={self.bits}, rotate={self.rotate}")
 
+    def codebook(self, is_key:bool) -> bool: return self.value_codebook and not is_key # are these rows codebook codes?
     def bits_of(self, is_key:bool) -> int|None:
         "The bit width of the tier's keys (`is_key`) or values; None in a float or low-rank tier."
         return self.bits if is_key or self.value_bits is None else self.value_bits
@@ -104,7 +110,8 @@ def rotation(D:int, device) -> torch.Tensor: return hadamard(D).to(device) # (D,
 # %% ../nbs/03a_formats.ipynb #19481b17
 def _fused_quantize(x:torch.Tensor, spec:TierSpec, is_key:bool, group:int) -> bool:
     "Do the CPU kernels quantise these rows (per-token groups, fp16 scales)?"
-    return x.ndim == 2 and spec.scale_bits == 16 and kernels.supports(x, spec.bits_of(is_key), x.shape[-1], group)
+    return (x.ndim == 2 and spec.scale_bits == 16 and not spec.codebook(is_key)
+            and kernels.supports(x, spec.bits_of(is_key), x.shape[-1], group))
 
 # %% ../nbs/03a_formats.ipynb #50130f89
 def _encode_channel_groups(x:torch.Tensor, heads:torch.Tensor, spec:TierSpec) -> Encoded:
@@ -128,6 +135,9 @@ def encode_rows(x:torch.Tensor, # (n, D) new rows, sorted by head
     if spec.bits is None: return Encoded(x.to(spec.fp_dtype or x.dtype))
     if spec.rotate: x = x.float() @ rotation(x.shape[-1], x.device)
     if is_key and spec.key_axis == 'channel': return _encode_channel_groups(x, heads, spec)
+    if spec.codebook(is_key):
+        codes, scale = codebook_quantize(x, spec.bits_of(is_key), spec.scale_bits)
+        return Encoded(pack_bits(codes, spec.bits_of(is_key)), scale)
     group, bits = (spec.key_group if is_key else spec.value_group), spec.bits_of(is_key)
     if _fused_quantize(x, spec, is_key, group) and (fused := kernels.quantize_rows(x, bits, group, spec.symmetric)):
         return Encoded(*fused) # the same bits as `quantize`, in one call (it refuses NaN/Inf: `quantize` raises)
@@ -139,7 +149,7 @@ def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows,
                 heads:torch.Tensor, spec:TierSpec) -> tuple[Encoded, Encoded]:
     "Encode new keys and values; one torch quantisation for both when they share a per-token format (fewer ops)."
     if (spec.bits is None or spec.key_axis != 'token' or spec.key_group != spec.value_group # cheap apart
-        or spec.value_bits is not None or _fused_quantize(k, spec, True, spec.key_group)): # or one kernel call each
+        or spec.value_bits is not None or spec.value_codebook or _fused_quantize(k, spec, True, spec.key_group)):
         return encode_rows(k, heads, spec, True), encode_rows(v, heads, spec, False)
     both = encode_rows(torch.stack([k, v]), heads, spec, False) # (2, n, ...) per token: keys group like values here
     return tuple(Encoded(both.data[i], both.scale[i], None if both.zero is None else both.zero[i]) for i in range(2))
@@ -147,6 +157,7 @@ def encode_pair(k:torch.Tensor, v:torch.Tensor, # (n, D) new key and value rows,
 # %% ../nbs/03a_formats.ipynb #78f62790
 def _dequantize(e:Encoded, spec:TierSpec, is_key:bool, D:int) -> torch.Tensor: # (N, D) float32
     bits = spec.bits_of(is_key)
+    if spec.codebook(is_key): return codebook_dequantize(unpack_bits(e.data, bits, D), e.scale, bits)
     codes = unpack_bits(e.data, bits, D).to(torch.float32) # (N, D), then scaled in place: no temporaries
     if is_key and spec.key_axis == 'channel':
         sizes = e.group_sizes.long()

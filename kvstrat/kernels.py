@@ -11,10 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 import torch
 from .core import cache_dir, package_data
+from .quant import gaussian_codebook
 
 # %% auto #0
 __all__ = ['KERNEL_SOURCE', 'KERNEL_BITS', 'SEGMENT_FIELDS', 'SEGMENT_KINDS', 'load_kernels', 'use_kernels', 'kernels_available',
-           'supports', 'token_scores', 'token_values', 'channel_scores', 'layer_read', 'quantize_rows']
+           'supports', 'token_scores', 'token_values', 'book_table', 'channel_scores', 'layer_read', 'quantize_rows']
 
 # %% ../nbs/03_kernels.ipynb #4776b06d
 KERNEL_SOURCE = package_data('kernels.c').read_text() # kvstrat/data/kernels.c, shipped with the package
@@ -24,7 +25,7 @@ KERNEL_BITS = (8, 4, 3, 2) # the widths its reads and `quantize_rows` handle
 _FLAGS = ('-O3', '-march=native', '-fopenmp', '-shared', '-fPIC') # OpenMP: libgomp, the one torch loads
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {'token_scores': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None), # name: (arguments, result)
-               'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I], None),
+               'token_values': ([_P, _P, _P, _P, _F, _P, _I, _I, _I, _I, _I, _I, _P], None),
                'channel_scores': ([_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I], None),
                'quantize_rows': ([_P, _P, _P, _P, _I, _I, _I, _I], _I),
                'layer_read': ([_P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I], None)}
@@ -148,16 +149,27 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                  offset:torch.Tensor|None, # like `scale`: zero-points; None: symmetric codes
                  bits:int, # 8, 4, 3 or 2
                  D:int, # head_dim
+                 book:torch.Tensor|None=None, # `book_table(bits)`: codes stand for its centroids (offset None)
                 ) -> torch.Tensor: # (BH, M, D) the attention-weighted sum of the values
-    "Attention-weighted sum of per-token-group values, from the codes."
+    "Attention-weighted sum of per-token-group values, from the codes (or their codebook's centroids)."
     BH, M, n = _batched('p', p)
+    if book is not None: _check('book', book, torch.float32, (max(8, 2 ** bits),))
+    if book is not None and offset is not None: raise ValueError("codebook values have no offset: pass offset=None")
     if _rows(codes, BH, D, bits) != n: raise ValueError(f"p covers {n} rows per head, codes hold {len(codes) // BH}")
     J = _group_count(scale, offset, BH * n, D)
     out = torch.empty(BH, M, D)
     load_kernels().token_values(p.data_ptr(), codes.data_ptr(), scale.data_ptr(),
                                 None if offset is None else offset.data_ptr(),
-                                2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J)
+                                0.0 if book is not None else 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J,
+                                None if book is None else book.data_ptr())
     return out
+
+# %% ../nbs/03_kernels.ipynb #1ccb5c2e
+@functools.lru_cache(maxsize=None)
+def book_table(bits:int) -> torch.Tensor: # (max(8, 2**bits),) float32, on the CPU
+    "`gaussian_codebook(bits)`, padded to 8 floats at least: the kernels load 8 centroids at a time."
+    book = gaussian_codebook(bits)
+    return torch.cat([book, book.new_zeros(max(0, 8 - len(book)))])
 
 # %% ../nbs/03_kernels.ipynb #37ed2d34
 def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
@@ -181,7 +193,8 @@ def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries
 SEGMENT_FIELDS = ('head', 'n', 'key_kind', 'value_kind', 'key_bits', 'value_bits', 'key_groups', 'value_groups',
                   'key_group_rows', 'symmetric', 'log_scales', 'rotated', 'key_data', 'key_scale', 'key_zero',
                   'value_data', 'value_scale', 'value_zero', 'pos', # the columns of `layer_read`'s table, in order
-                  'row', 'observable') # the piece's first row in its tier; 1: a strategy may observe its rows
+                  'row', 'observable', # the piece's first row in its tier; 1: a strategy may observe its rows
+                  'value_book') # codebook values: their `book_table`'s address (0: integer codes)
 SEGMENT_KINDS = {torch.float16: 0, torch.float32: 1, torch.bfloat16: 2, 'token': 3, 'channel': 4}
 
 def layer_read(q:torch.Tensor, # (BH, M, D) float32 scaled queries

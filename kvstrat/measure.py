@@ -379,6 +379,8 @@ def main(argv=None) -> int:
                    "along head_dim (stratigraphic:keys)")
     p.add_argument('--rotate', action=argparse.BooleanOptionalAction, default=True,
                    help="Hadamard-rotated formats, stratigraphic's default (--no-rotate: stratigraphic:rotate=false)")
+    p.add_argument('--value-codebook', action='store_true',
+                   help="values stored as Gaussian codebook codes, one scale a row (stratigraphic:value_codebook=true)")
     p.add_argument('--ratio', type=float, default=4.0, help="the stratigraphic ratio the calibration is for: --window, "
                    "--recent, --drop-group and --residual default to the rows stratigraphic:ratio=R keeps")
     p.add_argument('--window', type=_count_or_none, default=argparse.SUPPRESS,
@@ -413,7 +415,7 @@ def main(argv=None) -> int:
         if o.threads: torch.set_num_threads(o.threads)
         if argv is None: keep_freed_memory() # run as a process of its own: its passes reuse the same large blocks
         kept = load_sensitivity(o.out) if o.only_eviction or o.only_widths else None
-        family = FormatFamily(key_group=o.group, key_axis=o.keys, rotate=o.rotate)
+        family = FormatFamily(key_group=o.group, key_axis=o.keys, rotate=o.rotate, value_codebook=o.value_codebook)
         if kept is not None and kept.family != family:
             raise ValueError(f"{o.out} was measured for {kept.family}, not {family}")
         if o.only_widths and kept.evict is None: raise ValueError(f"{o.out} holds no eviction costs to keep")
@@ -485,6 +487,7 @@ def calibrate(model, tokenizer, # a supported decoder, and its tokenizer
               windows:int=2, length:int=320, repeat:int=128, # per text: windows of `length` tokens, passages to copy
               evict_length:int=1024, # tokens per window that eviction is measured on
               rotate:bool=True, keys:str='channel', group:int=32, # the formats, as `stratigraphic`'s parameters
+              value_codebook:bool=False,
               measured:tuple=(3,), # widths measured, the others scaled; FORMAT_BITS: every width
               name:str|None=None, # the model's name in the calibration's source; None: its config's
               progress=None) -> Sensitivity: # progress(layer_idx, cost, evict) after each layer
@@ -493,7 +496,8 @@ def calibrate(model, tokenizer, # a supported decoder, and its tokenizer
                            group=group, threads=None, device=None, out=None, only_eviction=False, only_widths=False,
                            pool_with=[])
     _resolve_plan_rows(o); _check_options(o)
-    family, evicts = FormatFamily(key_group=group, key_axis=keys, rotate=rotate), o.window is not None
+    family = FormatFamily(key_group=group, key_axis=keys, rotate=rotate, value_codebook=value_codebook)
+    evicts = o.window is not None
     source = widths_source(name or model.config.name_or_path, list(texts), windows, length, repeat, o.residual,
                            measured)
     if evicts: source += eviction_source(o.window, o.recent, o.drop_group, windows, evict_length)

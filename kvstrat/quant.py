@@ -6,7 +6,7 @@ Docs: https://kvstrat.github.io/kvstrat/quant.html.md"""
 
 # %% ../nbs/02_quant.ipynb #5707ff3d
 from __future__ import annotations
-import math, sys
+import functools, math, sys
 from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
@@ -15,7 +15,8 @@ import torch.nn.functional as F
 __all__ = ['SUPPORTED_BITS', 'AXES', 'MIN_SCALE', 'SCALE_BITS', 'LOG_SCALE_STEPS', 'LOG_SCALE_MIN', 'pack_bits', 'unpack_bits',
            'fp16_toward', 'to_groups', 'from_groups', 'stored_scale_zero', 'log_scale_decode', 'log_scale_encode',
            'stored_scale', 'scale_values', 'QTensor', 'quantize', 'fake_quantize', 'quantize_reference', 'hadamard',
-           'random_hadamard', 'check_rotatable']
+           'random_hadamard', 'check_rotatable', 'gaussian_codebook', 'nearest_scale', 'codebook_quantize',
+           'codebook_dequantize']
 
 # %% ../nbs/02_quant.ipynb #5da0f757
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -284,3 +285,46 @@ def check_rotatable(name:str, # the strategy, for the error
     "Raise a clear error where a strategy would Hadamard-rotate heads of a size that has no Hadamard matrix."
     if head_dim & (head_dim - 1):
         raise ValueError(f"{name} rotate=True needs a power-of-2 head_dim, not {head_dim}: use rotate=false")
+
+# %% ../nbs/02_quant.ipynb #600f55f0
+@functools.lru_cache(maxsize=None)
+def gaussian_codebook(bits:int) -> torch.Tensor: # (2**bits,) float32, ascending
+    "Lloyd-Max centroids of the standard normal: the `2**bits` levels of least mean squared error."
+    _word(bits)
+    n = 2 ** bits
+    c = torch.special.ndtri((torch.arange(n, dtype=torch.float64) + 0.5) / n) # the quantiles: every cell has mass
+    pdf, cdf = lambda x: torch.exp(-x * x / 2) / math.sqrt(2 * math.pi), torch.special.ndtr
+    for _ in range(300): # each centroid to its cell's mean: the error falls every step
+        edges = F.pad((c[1:] + c[:-1]) / 2, (1, 1))
+        edges[0], edges[-1] = -math.inf, math.inf
+        c = (pdf(edges[:-1]) - pdf(edges[1:])) / (cdf(edges[1:]) - cdf(edges[:-1]))
+    return c.float()
+
+# %% ../nbs/02_quant.ipynb #62b347f3
+def nearest_scale(s:torch.Tensor, # float32 scales, one per row
+                  scale_bits:int=16) -> torch.Tensor:
+    "Scales as stored, rounded to nearest (not up: a codebook's scale is fitted, not a range to cover)."
+    if scale_bits not in SCALE_BITS: raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {scale_bits}")
+    if scale_bits == 16: return s.half()
+    code = ((s.clamp_min(MIN_SCALE).log2() - LOG_SCALE_MIN) * LOG_SCALE_STEPS).round_().clamp_min_(0)
+    if code.max() > 255: raise ValueError(f"a scale of {s.max().item():.4g} exceeds the 8-bit scale range: "
+                                          "use scale_bits=16")
+    return code.to(torch.uint8)
+
+# %% ../nbs/02_quant.ipynb #a36606cb
+def codebook_quantize(y:torch.Tensor, # (N, D) rows, rotated first, so their values lie near a normal
+                      bits:int, # 8, 4, 3 or 2
+                      scale_bits:int=16) -> tuple[torch.Tensor, torch.Tensor]: # (N, D) uint8 codes, (N, 1) scales
+    "Each row as `scale · gaussian_codebook(bits)[code]`: codes of the row over its RMS, then the best scale for them."
+    y, book = y.float(), gaussian_codebook(bits).to(y.device)
+    if not torch.isfinite(y).all(): raise ValueError("x contains NaN/Inf")
+    rms = y.pow(2).mean(-1, keepdim=True).sqrt()
+    codes = torch.bucketize(y / rms.clamp_min(MIN_SCALE), (book[1:] + book[:-1]) / 2) # the nearest centroid
+    c = book[codes] # (N, D)
+    scale = (y * c).sum(-1, keepdim=True) / (c * c).sum(-1, keepdim=True) # least squares for these codes
+    return codes.to(torch.uint8), nearest_scale(scale, scale_bits)
+
+def codebook_dequantize(codes:torch.Tensor, # (N, D) uint8
+                        scale:torch.Tensor, bits:int) -> torch.Tensor: # (N, 1) as stored; (N, D) float32
+    "The rows `codebook_quantize` stored: each code's centroid times its row's scale."
+    return gaussian_codebook(bits).to(codes.device)[codes.long()] * scale_values(scale)

@@ -29,17 +29,19 @@ FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most pr
 
 @dataclass(frozen=True)
 class FormatFamily:
-    "The formats a head's keys and values are stored in, one per width: KIVI's layout with 8-bit scales."
+    "The formats a head's keys and values are stored in, one per width: KIVI's layout with 8-bit scales, or codebook values."
     key_group: int = 32 # tokens per per-channel key group (rows sink in whole groups); channels per group for 'token'
     value_group: int|None = None # channels per value group; None: the whole head
     scale_bits: int = 8 # 8-bit log2 scale codes (16: fp16)
     key_axis: str = 'channel' # 'token': keys grouped along head_dim like values, so rows can sink one at a time
     rotate: bool = False # Hadamard-rotate keys and values before quantising
+    value_codebook: bool = False # values as one scale a row times Gaussian codebook codes (`TierSpec.value_codebook`)
 
     def spec(self, key_bits:int, value_bits:int, head_dim:int) -> TierSpec:
         "The tier that stores keys at `key_bits` and values at `value_bits`."
         return TierSpec(key_bits, self.key_axis, self.key_group, self.value_group or head_dim,
-                        scale_bits=self.scale_bits, value_bits=value_bits, rotate=self.rotate)
+                        scale_bits=self.scale_bits, value_bits=value_bits, rotate=self.rotate,
+                        value_codebook=self.value_codebook)
 
 # %% ../nbs/11b_sensitivity.ipynb #a1000007
 @torch.no_grad()

@@ -158,6 +158,8 @@ class Stratigraphic(Strategy):
                                                   # pyramid: fixed layer shares.
     keys: str = ablation_field('channel') # 'token': keys grouped per token, so rows sink one at a time.
     rotate: bool = ablation_field(True) # Hadamard-rotate keys and values before quantising (a power-of-2 head_dim).
+    value_codebook: bool = ablation_field(False, before=False) # Values as one scale a row times Gaussian codebook
+                                                                # codes, not integer codes with a scale and zero-point.
     anchors: int = ablation_field(0) # Of each run of `group + anchors` rows due to sink, the most attended but its
                                       # newest stay in tier 0 for good.
     quantised_window: bool|None = ablation_field(None, before=False) # Evicting heads may quantise their window; None
@@ -189,7 +191,9 @@ class Stratigraphic(Strategy):
     def ranks_rows(self) -> bool: # rows ranked by the attention they got
         return self.anchors > 0 or self.settings.recent is not None
     @property
-    def family(self) -> FormatFamily: return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate)
+    def family(self) -> FormatFamily:
+        return FormatFamily(key_group=self.group, key_axis=self.keys, rotate=self.rotate,
+                            value_codebook=self.value_codebook)
     @property
     def windowed_choices(self) -> bool: # may a head quantise its window? (else no windowed choice evicts)
         return self.settings.quantised_window and self.settings.window is not None

@@ -8,6 +8,7 @@ Docs: https://kvstrat.github.io/kvstrat/triton_attention.html.md"""
 from __future__ import annotations
 import torch
 from .formats import head_starts, rotation
+from .quant import gaussian_codebook
 from .store import LayerStore, TierStore
 try:
     import triton
@@ -53,17 +54,19 @@ def _codes(ptr, rows, valid, # (BLOCK_N,) global rows of the tier and which are 
 def _rows(data, scale, zero, # the tier's tensors: codes or floats, scales, zero-points (unused when symmetric)
           rows, valid, grp, # (BLOCK_N,) global rows, which are real, and their channel group (per-channel keys)
           d, D: tl.constexpr, BITS: tl.constexpr, # (D,) channels; BITS 0: a float tier
-          GROUP: tl.constexpr, CHANNEL: tl.constexpr, SYM: tl.constexpr, LOG: tl.constexpr):
-    "(BLOCK_N, D) float32 rows in registers: floats as stored, else code·scale + zero, or (code - 2^(b-1))·scale."
+          GROUP: tl.constexpr, CHANNEL: tl.constexpr, SYM: tl.constexpr, LOG: tl.constexpr,
+          BOOK: tl.constexpr): # codebook rows: `zero` holds the centroids, and a code picks one
+    "(BLOCK_N, D) float32 rows in registers: floats as stored, else code·scale + zero, (code - 2^(b-1))·scale, or book."
     if BITS == 0: x = tl.load(data + rows[:, None] * D + d[None, :], mask=valid[:, None], other=0.).to(tl.float32)
     else:
-        code = _codes(data, rows, valid, d, BITS, (D * BITS + 7) // 8).to(tl.float32)
+        code = _codes(data, rows, valid, d, BITS, (D * BITS + 7) // 8)
         if CHANNEL: idx = grp[:, None] * D + d[None, :] # per-channel key groups: (G, D) parameters
         else: idx = rows[:, None] * (D // GROUP) + (d // GROUP)[None, :] # per-token groups: (N, D/GROUP)
         s = tl.load(scale + idx, mask=valid[:, None], other=0).to(tl.float32)
         if LOG: s = tl.exp2(s / 12.0 - 14.0) # 8-bit log2 scale codes (`kvstrat.quant.log_scale_decode`)
-        if SYM: x = (code - (1 << (BITS - 1))) * s
-        else: x = code * s + tl.load(zero + idx, mask=valid[:, None], other=0.).to(tl.float32)
+        if BOOK: x = tl.load(zero + code, mask=valid[:, None], other=0.) * s # centroid `code`, times its row's scale
+        elif SYM: x = (code.to(tl.float32) - (1 << (BITS - 1))) * s
+        else: x = code.to(tl.float32) * s + tl.load(zero + idx, mask=valid[:, None], other=0.).to(tl.float32)
     return x
 
 # %% ../nbs/05a_triton_attention.ipynb #71381793
@@ -84,7 +87,8 @@ def _step(q, m_i, l_i, acc, # (BLOCK_M, D) queries (scaled, rotated), running ma
 def _scan(q, qp, KD, KS, KZ, VD, VS, VZ, Pos, Grp, start, count, # qp: (BLOCK_M,) query positions; start, count: head's
           D: tl.constexpr, KBITS: tl.constexpr, VBITS: tl.constexpr, # bits of keys and of values; 0: floats
           KCHANNEL: tl.constexpr, KGROUP: tl.constexpr, VGROUP: tl.constexpr, SYM: tl.constexpr, LOG: tl.constexpr,
-          CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+          VBOOK: tl.constexpr, CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr):
     "`(m, l, acc)` of one KV head's rows of one tier, `BLOCK_N` rows at a time."
     d = tl.arange(0, D)
     m_i, l_i = tl.full([BLOCK_M], float('-inf'), tl.float32), tl.zeros([BLOCK_M], tl.float32)
@@ -96,8 +100,8 @@ def _scan(q, qp, KD, KS, KZ, VD, VS, VZ, Pos, Grp, start, count, # qp: (BLOCK_M,
         else: grp = rows // KGROUP # whole groups (or per-token keys, where it is unused)
         ok = valid[None, :]
         if CAUSAL: ok = ok & (tl.load(Pos + rows, mask=valid, other=0)[None, :] <= qp[:, None])
-        k = _rows(KD, KS, KZ, rows, valid, grp, d, D, KBITS, KGROUP, KCHANNEL, SYM, LOG)
-        v = _rows(VD, VS, VZ, rows, valid, grp, d, D, VBITS, VGROUP, False, SYM, LOG)
+        k = _rows(KD, KS, KZ, rows, valid, grp, d, D, KBITS, KGROUP, KCHANNEL, SYM, LOG, False)
+        v = _rows(VD, VS, VZ, rows, valid, grp, d, D, VBITS, VGROUP, False, SYM, LOG, VBOOK)
         m_i, l_i, acc = _step(q, m_i, l_i, acc, k, v, ok)
     return m_i, l_i, acc
 
@@ -123,8 +127,9 @@ def _merge(acc, m_i, l_i, Out, Mx, Lx, out, stat, mvalid, # out, stat: this bloc
 def _tier_kernel(Q, sqb, sqh, sqi, sqd, Out, Mx, Lx, KD, KS, KZ, VD, VS, VZ, Starts, Counts, Pos, QPos, Grp, Rot,
                  scaling, H, G, NQ, D: tl.constexpr, KBITS: tl.constexpr, VBITS: tl.constexpr,
                  KCHANNEL: tl.constexpr, KGROUP: tl.constexpr, VGROUP: tl.constexpr, SYM: tl.constexpr,
-                 LOG: tl.constexpr, ROTATE: tl.constexpr, CAUSAL: tl.constexpr, GROUP_MAP: tl.constexpr,
-                 FIRST: tl.constexpr, LAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 LOG: tl.constexpr, VBOOK: tl.constexpr, ROTATE: tl.constexpr, CAUSAL: tl.constexpr,
+                 GROUP_MAP: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
     "Attention of one block of query rows of KV head `program_id(0)` over one tier, merged into `Out`, `Mx`, `Lx`."
     bh, om, d = tl.program_id(0), tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M), tl.arange(0, D)
     b, h, r, i, mvalid = bh // H, bh % H, om // NQ, om % NQ, om < G * NQ # row om: query head h·G + r, query i
@@ -133,8 +138,8 @@ def _tier_kernel(Q, sqb, sqh, sqi, sqd, Out, Mx, Lx, KD, KS, KZ, VD, VS, VZ, Sta
     if ROTATE: q = tl.dot(q, tl.load(Rot + d[:, None] * D + d[None, :]), input_precision='ieee') # q·H
     qp = tl.load(QPos + i, mask=mvalid, other=0)
     m_i, l_i, acc = _scan(q, qp, KD, KS, KZ, VD, VS, VZ, Pos, Grp, tl.load(Starts + bh).to(tl.int64),
-                          tl.load(Counts + bh), D, KBITS, VBITS, KCHANNEL, KGROUP, VGROUP, SYM, LOG, CAUSAL,
-                          GROUP_MAP, BLOCK_M, BLOCK_N)
+                          tl.load(Counts + bh), D, KBITS, VBITS, KCHANNEL, KGROUP, VGROUP, SYM, LOG, VBOOK,
+                          CAUSAL, GROUP_MAP, BLOCK_M, BLOCK_N)
     if ROTATE: acc = tl.dot(acc, tl.trans(tl.load(Rot + d[:, None] * D + d[None, :])), input_precision='ieee')
     out = ((b * NQ + i) * (H * G) + h * G + r)[:, None] * D + d[None, :] # in the (B, q, H_q, D) output
     _merge(acc, m_i, l_i, Out, Mx, Lx, out, bh * (G * NQ) + om, mvalid, FIRST, LAST)
@@ -152,7 +157,7 @@ def _probs_kernel(Q, sqb, sqh, sqi, sqd, Probs, Mx, Lx, KD, KS, KZ, Starts, Coun
     valid, rows = n < tl.load(Counts + bh), tl.load(Starts + bh).to(tl.int64) + n
     if GROUP_MAP: grp = tl.load(Grp + rows, mask=valid, other=0).to(tl.int64)
     else: grp = rows // KGROUP
-    k = _rows(KD, KS, KZ, rows, valid, grp, d, D, KBITS, KGROUP, KCHANNEL, SYM, LOG) # (BLOCK_N, D), decoded once
+    k = _rows(KD, KS, KZ, rows, valid, grp, d, D, KBITS, KGROUP, KCHANNEL, SYM, LOG, False) # (BLOCK_N, D), once
     ok = valid[None, :] & qvalid[:, None] # (BLOCK_Q, BLOCK_N)
     if CAUSAL: ok = ok & (tl.load(Pos + rows, mask=valid, other=0)[None, :]
                           <= tl.load(QPos + i, mask=qvalid, other=0)[:, None])
@@ -169,8 +174,8 @@ def _probs_kernel(Q, sqb, sqh, sqi, sqd, Probs, Mx, Lx, KD, KS, KZ, Starts, Coun
     tl.store(Probs + at, total / G, mask=valid[None, :] & qvalid[:, None])
 
 # %% ../nbs/05a_triton_attention.ipynb #742541d8
-_FLOAT = dict(KBITS=0, VBITS=0, KCHANNEL=False, KGROUP=1, VGROUP=1, SYM=False, LOG=False, ROTATE=False,
-              GROUP_MAP=False)
+_FLOAT = dict(KBITS=0, VBITS=0, KCHANNEL=False, KGROUP=1, VGROUP=1, SYM=False, LOG=False, VBOOK=False,
+              ROTATE=False, GROUP_MAP=False)
 
 def _tier_args(t:TierStore) -> tuple[list, dict]:
     "The kernel's tensors for one tier `[KD, KS, KZ, VD, VS, VZ, Grp]` (unused ones are stand-ins) and its flags."
@@ -182,10 +187,11 @@ def _tier_args(t:TierStore) -> tuple[list, dict]:
     grp = (torch.repeat_interleave(torch.arange(len(k.group_sizes), dtype=torch.int32, device=k.data.device),
                                    k.group_sizes.long()) if partial else k.data) # (N,) row -> channel group
     zk, zv = (k.scale, v.scale) if spec.symmetric else (k.zero, v.zero)
+    if spec.value_codebook: zv = gaussian_codebook(spec.bits_of(False)).to(v.data.device) # the values' centroids
     return [k.data, k.scale, zk, v.data, v.scale, zv, grp], dict(
         KBITS=spec.bits_of(True), VBITS=spec.bits_of(False), KCHANNEL=spec.key_axis == 'channel',
-        KGROUP=spec.key_group, VGROUP=spec.value_group, SYM=spec.symmetric, LOG=spec.scale_bits == 8,
-        ROTATE=spec.rotate, GROUP_MAP=partial)
+        KGROUP=spec.key_group, VGROUP=t.D if spec.value_codebook else spec.value_group, SYM=spec.symmetric,
+        LOG=spec.scale_bits == 8, VBOOK=spec.value_codebook, ROTATE=spec.rotate, GROUP_MAP=partial)
 
 # %% ../nbs/05a_triton_attention.ipynb #8b1a8724
 def _read_probs(query:torch.Tensor, store:LayerStore, # (B, H_q, q, D)

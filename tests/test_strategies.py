@@ -37,12 +37,15 @@ SOFTCAPPED = ('gemma2',) # attention logits capped: tanh(s/c)·c
 # variants whose storage differs from their strategy's example: zoned's low-rank bedrock (filled by generate);
 # stratigraphic's anchors, rows that stay in tier 0 while newer ones sink (the store implies positions around them);
 # its quantised windows (the default, which the example's ratio does not reach), heads that sink into a tier and
-# evict their oldest rows from it; its tier 0 at 8 or 4 bits, where rows arrive quantised and sink from codes
+# evict their oldest rows from it; its tier 0 at 8 or 4 bits, where rows arrive quantised and sink from codes; its
+# values as codebook codes in every deeper tier
 VARIANTS = {'zoned-bedrock': 'zoned:ratio=2,residual=4,group=16,profile=none,bedrock=4',
             'stratigraphic-anchors': 'stratigraphic:ratio=2,residual=8,sinks=2,group=8,length=96,window=8,anchors=1',
             'stratigraphic-windowed': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24',
             'stratigraphic-top8': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=8',
             'stratigraphic-top4': 'stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,top_bits=4',
+            'stratigraphic-codebook': ('stratigraphic:ratio=3,residual=8,sinks=2,group=8,length=96,window=24,'
+                                       'value_codebook=true'),
             'stratigraphic-recent': ('stratigraphic:ratio=2.5,residual=8,sinks=2,group=8,length=96,window=8,recent=4,'
                                      'quantised_window=false'),
             'stratigraphic-grouped': ('stratigraphic:ratio=2.5,residual=8,sinks=2,group=8,length=96,window=8,recent=4,'
@@ -52,7 +55,9 @@ ROUTES_PER_HEAD = ('streaming', 'hybrid') # strategies that refuse a model with 
 # and those short of a key group) fill too much of the 43 or 47 tokens each layer holds (or the 7 of five layers in
 # six), and the plan is refused
 OUT_OF_REACH = {('hybrid', 'phi3'), ('hybrid', 'mistral'), ('stratigraphic-windowed', 'phi3'),
-                ('stratigraphic-windowed', 'mistral'), ('stratigraphic-windowed', 'gemma3-5to1')}
+                ('stratigraphic-windowed', 'mistral'), ('stratigraphic-windowed', 'gemma3-5to1'),
+                ('stratigraphic-codebook', 'phi3'), ('stratigraphic-codebook', 'mistral'),
+                ('stratigraphic-codebook', 'gemma3-5to1')}
 CASES = [(name, layout) for name in sorted(STRATEGIES) + sorted(VARIANTS) for layout in MATRIX_LAYOUTS]
 
 def _model(layout):

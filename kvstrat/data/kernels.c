@@ -178,11 +178,22 @@ void channel_scores(const float *q, const uint8_t *codes, const float *S, const 
     free(w); free(c);
 }
 
+/* 8 codes as their centroids, book[code] (codebook values): book holds at least 8 floats, 2**bits of them used. */
+static inline __m256 book8(__m256 c, int bits, const float *book) {
+    __m256i i = _mm256_cvttps_epi32(c);
+    if (bits <= 3) return _mm256_permutevar8x32_ps(_mm256_loadu_ps(book), i);
+    if (bits == 4) { /* permutes read an index's low 3 bits: the high half where bit 3 is set */
+        __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(book), i), hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(book + 8), i);
+        return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+    }
+    return _mm256_i32gather_ps(book, i, 4);
+}
+
 /* The values' share of NV (2 or 4) channel vectors from 8*dv0 on, for MB (1-3) queries: out = sum_t ws[i,t,j] code[t,:],
    ws = p * scale. MB, NV and one_group (J == 1: one weight per token and query) are constants once inlined, so the
    MB*NV accumulators stay in registers. */
 static inline __attribute__((always_inline)) void values_block(const float *ws, int n, int J, int MB, int NV, int one_group,
-        const uint8_t *codes, int P, int bits, int dv0, int g, float *o, int D) {
+        const uint8_t *codes, int P, int bits, int dv0, int g, float *o, int D, const float *book) {
     __m256 acc[3][4], w[3];
     for (int i = 0; i < MB; i++) for (int v = 0; v < NV; v++) acc[i][v] = _mm256_setzero_ps();
     for (int t = 0; t < n; t++) {
@@ -190,6 +201,7 @@ static inline __attribute__((always_inline)) void values_block(const float *ws, 
         if (one_group) for (int i = 0; i < MB; i++) w[i] = _mm256_broadcast_ss(ws + (size_t)i * n + t);
         for (int v = 0; v < NV; v++) {
             __m256 c = codes8(row, bits, dv0 + v);
+            if (book) c = book8(c, bits, book);
             for (int i = 0; i < MB; i++)
                 acc[i][v] = _mm256_fmadd_ps(one_group ? w[i] : _mm256_broadcast_ss(ws + ((size_t)i * n + t) * J + 8 * (dv0 + v) / g),
                                             c, acc[i][v]);
@@ -198,14 +210,15 @@ static inline __attribute__((always_inline)) void values_block(const float *ws, 
     for (int i = 0; i < MB; i++) for (int v = 0; v < NV; v++) _mm256_storeu_ps(o + i * D + 8 * (dv0 + v), acc[i][v]);
 }
 
-#define VALUES_BLOCK(MB, NV, ONE) values_block(w, n, J, MB, NV, ONE, cb, P, bits, dv, g, ob + m0 * D, D)
+#define VALUES_BLOCK(MB, NV, ONE) values_block(w, n, J, MB, NV, ONE, cb, P, bits, dv, g, ob + m0 * D, D, book)
 #define VALUES_BY_MB(NV, ONE) switch (MB) { case 1: VALUES_BLOCK(1, NV, ONE); break; case 2: VALUES_BLOCK(2, NV, ONE); break; \
                                             default: VALUES_BLOCK(3, NV, ONE); }
 
 /* Weighted sum of per-token-group values: out[b,m,:] = sum_t p[b,m,t] (scale[b,t,j] code[b,t,:] + offset[b,t,j]).
-   p (BH, M, n), codes (BH, n, D*bits/8), scale and offset (BH, n, J), out (BH, M, D); D a multiple of 16. */
+   p (BH, M, n), codes (BH, n, D*bits/8), scale and offset (BH, n, J), out (BH, M, D); D a multiple of 16. With a
+   `book` (codebook values: J 1, no offset, center 0), each code stands for its centroid book[code]. */
 void token_values(const float *p, const uint8_t *codes, const float *scale, const float *offset, float center,
-                  float *out, int BH, int M, int n, int D, int bits, int J) {
+                  float *out, int BH, int M, int n, int D, int bits, int J, const float *book) {
     int P = D * bits / 8, g = D / J;
     float *ws = malloc(sizeof(float) * M * n * J);
     for (int b = 0; b < BH; b++) {
@@ -294,7 +307,7 @@ int quantize_rows(const float *x, uint8_t *packed, uint16_t *scale, uint16_t *ze
    segment: int64 fields, pointers already offset to the head's first row. */
 enum { KIND_F16 = 0, KIND_F32 = 1, KIND_BF16 = 2, KIND_TOKEN = 3, KIND_CHANNEL = 4 };
 enum { F_HEAD, F_N, F_KKIND, F_VKIND, F_KBITS, F_VBITS, F_KJ, F_VJ, F_KGROUP, F_SYM, F_LOG, F_ROT,
-       F_KDATA, F_KSCALE, F_KZERO, F_VDATA, F_VSCALE, F_VZERO, F_POS, F_ROW, F_OBSERVABLE, N_FIELDS };
+       F_KDATA, F_KSCALE, F_KZERO, F_VDATA, F_VSCALE, F_VZERO, F_POS, F_ROW, F_OBSERVABLE, F_VBOOK, N_FIELDS };
 
 /* n stored parameters as float32: 8-bit log codes through `lut` (log), else fp16 bits. */
 static void decode_params(const void *src, int log, const float *lut, size_t n, float *dst) {
@@ -366,11 +379,13 @@ static void segment_values(const int64_t *s, const float *p, int M, int D, const
         free(tmp);
         return;
     }
-    float *scale = malloc(sizeof(float) * (n * J * 2 + M * D)), *zero = s[F_SYM] ? NULL : scale + (size_t)n * J;
+    const float *book = (const float *)s[F_VBOOK]; /* codebook values: no zero-points, no center */
+    float *scale = malloc(sizeof(float) * (n * J * 2 + M * D)), *zero = s[F_SYM] || book ? NULL : scale + (size_t)n * J;
     float *part = scale + (size_t)n * J * 2;
     decode_params((const void *)s[F_VSCALE], (int)s[F_LOG], lut, (size_t)n * J, scale);
     if (zero) decode_params((const void *)s[F_VZERO], 0, lut, (size_t)n * J, zero);
-    token_values(p, (const uint8_t *)s[F_VDATA], scale, zero, (float)(1 << (bits - 1)), part, 1, M, n, D, bits, J);
+    token_values(p, (const uint8_t *)s[F_VDATA], scale, zero, book ? 0.f : (float)(1 << (bits - 1)), part, 1, M, n, D,
+                 bits, J, book);
     for (int i = 0; i < M * D; i++) out[i] += part[i];
     free(scale);
 }
