@@ -18,7 +18,8 @@ from kvstrat.core import eval_windows, load_model, load_text, tokenize
 from kvstrat.calibration import calibration_windows
 from long_context_text import calibration_taken, long_windows
 
-EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40, 44, 48, 56) # the --windows of every protocol-P run of 1,024 tokens before
+# the --windows of every protocol-P run of 1,024 tokens before
+EARLIER_COUNTS = (1, 2, 4, 8, 16, 20, 24, 32, 40, 44, 48, 52, 56)
 READ_WITH = {56: ((16, 1024),)} # `eviction_sim.py`'s calibration windows, read before the 56-window run
 EARLIER_LONG_COUNTS = (8,) # ... and of 4,096 tokens, on both texts (`--prefill 3584 --score 512`)
 OLD_LONG_STARTS = (2048, 96024, 200522, 295198) # the 4k windows long_context_text.py wrote before 2026-12-02
