@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools, math
 import torch
 import torch.nn.functional as F
-from .quant import log_scale_decode, unpack_bits, scale_values, gaussian_codebook
+from .quant import log_scale_decode, unpack_bits, scale_values, gaussian_codebook, book_table
 from .formats import Encoded, TierSpec, decode_rows, group_heads, head_starts, rotation
 from .store import EMPTY_SLOT, LayerStore, TierStore
 from . import kernels
@@ -249,7 +249,7 @@ def tier_values(t:TierStore, p:torch.Tensor, # (B*H_kv, M, n) attention over the
     if spec.bits is None: return p @ _per_head(decode_rows(e, spec, False, D, torch.float32), BH) # float or low-rank
     if spec.value_codebook and kernels.supports(p, spec.bits_of(False), D, D):
         out = kernels.token_values(p.contiguous(), e.data, scale_values(e.scale), None, spec.bits_of(False), D,
-                                   kernels.book_table(spec.bits_of(False)))
+                                   book_table(spec.bits_of(False)))
     elif spec.value_codebook: # (p·s)·centroids: each row's scale folds into its weight
         book = gaussian_codebook(spec.bits_of(False)).to(p.device)[unpack_bits(e.data, spec.bits_of(False), D).long()]
         out = (p * _per_head(scale_values(e.scale), BH).transpose(1, 2)) @ _per_head(book, BH) # (BH, M, D)
@@ -433,7 +433,7 @@ def _build_segments(t:TierStore, masked:bool, observable:bool) -> list[list[int]
                      _row_ptr(k.data, first), _row_ptr(k.scale, kfirst), _row_ptr(k.zero, kfirst),
                      _row_ptr(v.data, first), _row_ptr(v.scale, first), _row_ptr(v.zero, first),
                      _row_ptr(t.pos if masked else None, first), first, int(observable),
-                     kernels.book_table(spec.bits_of(False)).data_ptr() if spec.value_codebook else 0])
+                     book_table(spec.bits_of(False)).data_ptr() if spec.value_codebook else 0])
     return rows
 
 def _channel_pieces(t:TierStore) -> list[tuple[int, int, int, int, int]]:

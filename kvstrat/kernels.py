@@ -11,11 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 import torch
 from .core import cache_dir, package_data
-from .quant import gaussian_codebook
 
 # %% auto #0
 __all__ = ['KERNEL_SOURCE', 'KERNEL_BITS', 'SEGMENT_FIELDS', 'SEGMENT_KINDS', 'load_kernels', 'use_kernels', 'kernels_available',
-           'supports', 'token_scores', 'token_values', 'book_table', 'channel_scores', 'layer_read', 'quantize_rows']
+           'supports', 'token_scores', 'token_values', 'channel_scores', 'layer_read', 'quantize_rows']
 
 # %% ../nbs/03_kernels.ipynb #4776b06d
 KERNEL_SOURCE = package_data('kernels.c').read_text() # kvstrat/data/kernels.c, shipped with the package
@@ -149,7 +148,7 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                  offset:torch.Tensor|None, # like `scale`: zero-points; None: symmetric codes
                  bits:int, # 8, 4, 3 or 2
                  D:int, # head_dim
-                 book:torch.Tensor|None=None, # `book_table(bits)`: codes stand for its centroids (offset None)
+                 book:torch.Tensor|None=None, # `quant.book_table(bits)`: codes stand for its centroids (offset None)
                 ) -> torch.Tensor: # (BH, M, D) the attention-weighted sum of the values
     "Attention-weighted sum of per-token-group values, from the codes (or their codebook's centroids)."
     BH, M, n = _batched('p', p)
@@ -163,13 +162,6 @@ def token_values(p:torch.Tensor, # (BH, M, n) float32 attention over the rows
                                 0.0 if book is not None else 2.0 ** (bits - 1), out.data_ptr(), BH, M, n, D, bits, J,
                                 None if book is None else book.data_ptr())
     return out
-
-# %% ../nbs/03_kernels.ipynb #1ccb5c2e
-@functools.lru_cache(maxsize=None)
-def book_table(bits:int) -> torch.Tensor: # (max(8, 2**bits),) float32, on the CPU
-    "`gaussian_codebook(bits)`, padded to 8 floats at least: the kernels load 8 centroids at a time."
-    book = gaussian_codebook(bits)
-    return torch.cat([book, book.new_zeros(max(0, 8 - len(book)))])
 
 # %% ../nbs/03_kernels.ipynb #37ed2d34
 def channel_scores(q:torch.Tensor, # (BH, M, D) float32 queries

@@ -16,7 +16,7 @@ __all__ = ['SUPPORTED_BITS', 'AXES', 'MIN_SCALE', 'SCALE_BITS', 'LOG_SCALE_STEPS
            'fp16_toward', 'to_groups', 'from_groups', 'stored_scale_zero', 'log_scale_decode', 'log_scale_encode',
            'stored_scale', 'scale_values', 'QTensor', 'quantize', 'fake_quantize', 'quantize_reference', 'hadamard',
            'random_hadamard', 'check_rotatable', 'gaussian_codebook', 'nearest_scale', 'codebook_quantize',
-           'codebook_dequantize']
+           'codebook_dequantize', 'book_table']
 
 # %% ../nbs/02_quant.ipynb #5da0f757
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -331,3 +331,10 @@ def codebook_dequantize(codes:torch.Tensor, # (N, D) uint8
                         scale:torch.Tensor, bits:int) -> torch.Tensor: # (N, 1) as stored; (N, D) float32
     "The rows `codebook_quantize` stored: each code's centroid times its row's scale."
     return gaussian_codebook(bits).to(codes.device)[codes.long()] * scale_values(scale)
+
+# %% ../nbs/02_quant.ipynb #7b628d05
+@functools.lru_cache(maxsize=None)
+def book_table(bits:int) -> torch.Tensor: # (max(8, 2**bits),) float32, on the CPU
+    "`gaussian_codebook(bits)`, padded to 8 floats at least: the CPU kernels load 8 centroids at a time."
+    book = gaussian_codebook(bits)
+    return torch.cat([book, book.new_zeros(max(0, 8 - len(book)))])

@@ -29,7 +29,7 @@ FORMAT_BITS = (8, 4, 3, 2) # the widths a head's keys or values may get, most pr
 
 @dataclass(frozen=True)
 class FormatFamily:
-    "The formats a head's keys and values are stored in, one per width: KIVI's layout with 8-bit scales, or codebook values."
+    "The formats a head's keys and values take, one per width: KIVI's layout with 8-bit scales, or codebook values."
     key_group: int = 32 # tokens per per-channel key group (rows sink in whole groups); channels per group for 'token'
     value_group: int|None = None # channels per value group; None: the whole head
     scale_bits: int = 8 # 8-bit log2 scale codes (16: fp16)
