@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools, math
 import torch
 import torch.nn.functional as F
-from .quant import log_scale_decode, unpack_bits, scale_values, gaussian_codebook, book_table
+from .quant import log_scale_decode, unpack_bits, scale_values, codebook_dequantize, book_table
 from .formats import Encoded, TierSpec, decode_rows, group_heads, head_starts, rotation
 from .store import EMPTY_SLOT, LayerStore, TierStore
 from . import kernels
@@ -250,9 +250,9 @@ def tier_values(t:TierStore, p:torch.Tensor, # (B*H_kv, M, n) attention over the
     if spec.value_codebook and kernels.supports(p, spec.bits_of(False), D, D):
         out = kernels.token_values(p.contiguous(), e.data, scale_values(e.scale), None, spec.bits_of(False), D,
                                    book_table(spec.bits_of(False)))
-    elif spec.value_codebook: # (p·s)·centroids: each row's scale folds into its weight
-        book = gaussian_codebook(spec.bits_of(False)).to(p.device)[unpack_bits(e.data, spec.bits_of(False), D).long()]
-        out = (p * _per_head(scale_values(e.scale), BH).transpose(1, 2)) @ _per_head(book, BH) # (BH, M, D)
+    elif spec.value_codebook: # the rotated rows, decoded as the reference decodes them
+        rows = codebook_dequantize(unpack_bits(e.data, spec.bits_of(False), D), e.scale, spec.bits_of(False))
+        out = p @ _per_head(rows, BH) # (BH, M, D)
     elif kernels.supports(p, spec.bits_of(False), D, spec.value_group):
         zero = None if spec.symmetric else e.zero.float()
         out = kernels.token_values(p.contiguous(), e.data, scale_values(e.scale), zero, spec.bits_of(False), D)

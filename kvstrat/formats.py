@@ -110,8 +110,7 @@ def rotation(D:int, device) -> torch.Tensor: return hadamard(D).to(device) # (D,
 # %% ../nbs/03a_formats.ipynb #19481b17
 def _fused_quantize(x:torch.Tensor, spec:TierSpec, is_key:bool, group:int) -> bool:
     "Do the CPU kernels quantise these rows (per-token groups, fp16 scales)?"
-    return (x.ndim == 2 and spec.scale_bits == 16 and not spec.codebook(is_key)
-            and kernels.supports(x, spec.bits_of(is_key), x.shape[-1], group))
+    return x.ndim == 2 and spec.scale_bits == 16 and kernels.supports(x, spec.bits_of(is_key), x.shape[-1], group)
 
 # %% ../nbs/03a_formats.ipynb #50130f89
 def _encode_channel_groups(x:torch.Tensor, heads:torch.Tensor, spec:TierSpec) -> Encoded:

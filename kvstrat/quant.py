@@ -154,10 +154,12 @@ def log_scale_decode(code:torch.Tensor) -> torch.Tensor: # float32, shaped like 
 
 # %% ../nbs/02_quant.ipynb #c47d46dc
 def log_scale_encode(s:torch.Tensor, # float32 scales
-                    ) -> torch.Tensor: # uint8 codes whose decoded scales are >= s
-    "The smallest 8-bit code whose scale is at least `s`; a scale beyond the range is an error."
-    code = ((s.clamp_min(MIN_SCALE).log2() - LOG_SCALE_MIN) * LOG_SCALE_STEPS).ceil_().clamp_min_(0)
-    code += log_scale_decode(code) < s # log2 and exp2 round: a code can land one step low
+                     up:bool=True, # True: codes whose decoded scales are >= s; False: the nearest codes
+                    ) -> torch.Tensor: # uint8
+    "The smallest 8-bit code whose scale is at least `s` (or the nearest); a scale beyond the range is an error."
+    code = (s.clamp_min(MIN_SCALE).log2() - LOG_SCALE_MIN) * LOG_SCALE_STEPS
+    code = (code.ceil_() if up else code.round_()).clamp_min_(0)
+    if up: code += log_scale_decode(code) < s # log2 and exp2 round: a code can land one step low
     if code.max() > 255:
         raise ValueError(f"a scale of {s.max().item():.4g} exceeds the 8-bit scale range "
                          f"(at most {log_scale_decode(torch.tensor(255)).item():.4g}): use scale_bits=16")
@@ -305,11 +307,7 @@ def nearest_scale(s:torch.Tensor, # float32 scales, one per row
                   scale_bits:int=16) -> torch.Tensor:
     "Scales as stored, rounded to nearest (not up: a codebook's scale is fitted, not a range to cover)."
     if scale_bits not in SCALE_BITS: raise ValueError(f"scale_bits must be one of {SCALE_BITS}, got {scale_bits}")
-    if scale_bits == 16: return s.half()
-    code = ((s.clamp_min(MIN_SCALE).log2() - LOG_SCALE_MIN) * LOG_SCALE_STEPS).round_().clamp_min_(0)
-    if code.max() > 255: raise ValueError(f"a scale of {s.max().item():.4g} exceeds the 8-bit scale range: "
-                                          "use scale_bits=16")
-    return code.to(torch.uint8)
+    return s.half() if scale_bits == 16 else log_scale_encode(s, up=False)
 
 # %% ../nbs/02_quant.ipynb #a36606cb
 def codebook_quantize(y:torch.Tensor, # (N, D) rows, rotated first, so their values lie near a normal

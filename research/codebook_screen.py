@@ -17,16 +17,14 @@ from kvstrat.core import load_model
 from kvstrat.measure import exact_pass, calibration_set, read_requantised, width_costs
 from kvstrat.sensitivity import FormatFamily, held_exact, requantized
 from kvstrat.quant import (gaussian_codebook, hadamard, log_scale_decode, log_scale_encode, nearest_scale,
-                           codebook_quantize, codebook_dequantize, MIN_SCALE)
+                           codebook_quantize, codebook_dequantize)
 import kvstrat.formats
 if {'-h', '--help'} & set(sys.argv[1:]) or sys.argv[1:] not in (['local'], ['kl']): print(__doc__); sys.exit()
 
-def least_squares(y, bits, scale_bits=16): # codebook_quantize as it was at 7c30641
-    book = gaussian_codebook(bits)
-    rms = y.float().pow(2).mean(-1, keepdim=True).sqrt()
-    codes = torch.bucketize(y.float() / rms.clamp_min(MIN_SCALE), (book[1:] + book[:-1]) / 2)
-    c = book[codes]
-    return codes.to(torch.uint8), nearest_scale((y * c).sum(-1, keepdim=True) / (c * c).sum(-1, keepdim=True), scale_bits)
+def least_squares(y, bits, scale_bits=16): # codebook_quantize as it was at 7c30641: the same codes, another scale
+    codes, _ = codebook_quantize(y, bits, scale_bits)
+    c = gaussian_codebook(bits)[codes.long()]
+    return codes, nearest_scale((y * c).sum(-1, keepdim=True) / (c * c).sum(-1, keepdim=True), scale_bits)
 
 def channel_codebook(x, bits): # (T, D) rows of one head: rotated, per channel group of 32 tokens a mean and an 8-bit σ
     H = hadamard(x.shape[-1]); y = x.float() @ H
